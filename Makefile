@@ -1,0 +1,29 @@
+# One virtual environment serves every target. torch is installed first from TORCH_SPEC so that
+# the dependency ranges of torchrl/tensordict are already met (no multi-GB CUDA wheels on CPU hosts).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: venv test lint bench-functional clean
+
+$(BIN)/activate: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $(BIN)/activate
+
+venv: $(BIN)/activate
+
+lint: venv
+	$(BIN)/ruff check ac_extensions tests benchmarks examples
+
+test: venv lint
+	$(BIN)/python -m pytest -q
+
+bench-functional: venv
+	$(BIN)/python benchmarks/functional_ops.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Networks and TensorDict wrappers (torch, tensordict.nn, torchrl.modules). No loss math."""

@@ -1,0 +1,1 @@
+"""Whole training loops, one file per algorithm, readable top to bottom."""
