@@ -122,12 +122,12 @@ def check_gamma(gamma: float | Tensor, batch_shape: torch.Size, time: int) -> Te
     return float(gamma)
 
 
-def check_positive_scalar(name: str, value: float, allow_inf: bool = True) -> float:
-    """Check a positive scalar hyperparameter (``inf`` allowed unless ``allow_inf`` is False)."""
+def check_positive_scalar(name: str, value: float, allow_zero: bool = False) -> float:
+    """Check a scalar hyperparameter is > 0 (or >= 0 with ``allow_zero``); ``inf`` is allowed."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {type(value).__name__}")
-    if math.isnan(value) or value <= 0 or (not allow_inf and math.isinf(value)):
-        raise ValueError(f"{name} must be > 0{'' if allow_inf else ' and finite'}, got {value}")
+    if math.isnan(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>=' if allow_zero else '>'} 0, got {value}")
     return float(value)
 
 

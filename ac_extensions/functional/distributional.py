@@ -217,13 +217,16 @@ def distributional_retrace_targets(
         # are shifted by G_{t,u}, so it is enough to shift/scale the bootstrap distribution,
         # whose total mass is Σ_j q̄_u(j) − c'_{u+1} = 1 − c'_{u+1} for normalised inputs.
 
-        chunk = max(1, _MAX_ATOMS_PER_CHUNK // max(1, time * num_atoms * max(1, batch_shape.numel())))
+        atoms_per_row = time * num_atoms * max(1, batch_shape.numel())
+        chunk = max(1, _MAX_ATOMS_PER_CHUNK // atoms_per_row)
         out = []
         for start in range(0, time, chunk):
             rows = slice(start, min(time, start + chunk))
-            # Atoms y_{t,u,j} = G_{t,u} + Γ_{t,u} z_j, weights P_{t,u} · bootstrap_u(j)   [*B, t, T, N]
-            positions = n_step_return[..., rows, :, None] + bootstrap_discount[..., rows, :, None] * support
+            # Atoms y_{t,u,j} = G_{t,u} + Γ_{t,u} z_j, weights P_{t,u} · bootstrap_u(j)
+            positions = (
+                n_step_return[..., rows, :, None] + bootstrap_discount[..., rows, :, None] * support
+            )  # [*B, t, T, N]
             weights = trace_product[..., rows, :, None] * bootstrap.unsqueeze(-3)
-            flat = positions.shape[:-2] + (time * num_atoms,)
+            flat = (*positions.shape[:-2], time * num_atoms)
             out.append(_project(positions.reshape(flat), weights.reshape(flat), support))
         return torch.cat(out, dim=-2)

@@ -187,7 +187,8 @@ def beta_loo_policy_loss(
         action_value: Q(x_t, ·) from the critic (for a distributional critic, E[Z]).
             Shape [*B, T, A].
         corrected_return: R(â), the Retrace target of the taken action. Shape [*B, T, 1].
-        truncation_threshold: c > 0 (``inf`` allowed).
+        truncation_threshold: c >= 0 (``inf`` allowed; c = 0 gives β ≡ 0, the all-action
+            critic gradient Σ_a Q(a) ∇π(a)).
 
     Returns:
         Per-step loss, shape [*B, T, 1].
@@ -221,7 +222,7 @@ def beta_loo_policy_loss(
             "behavior_prob must be > 0 for every taken action (the behavior policy chose it), "
             f"found min {behavior_prob.min().item():.4g} in shape {tuple(behavior_prob.shape)}"
         )
-    c = check_positive_scalar("truncation_threshold", truncation_threshold)
+    c = check_positive_scalar("truncation_threshold", truncation_threshold, allow_zero=True)
     action_value = action_value.detach()
     beta = (1.0 / behavior_prob.detach()).clamp(max=c)  # β = min(c, 1/µ(â))      [*B, T, 1]
     chosen_prob = probs.gather(-1, action)  # π(â|x_t)                                [*B, T, 1]

@@ -140,7 +140,7 @@ def trust_region_loss(kl: Tensor, g: Tensor, k: Tensor, delta: float = 1.0) -> T
 
 
 def categorical_kl_gradient(average_probs: Tensor, probs: Tensor) -> Tensor:
-    """k = ∂/∂π KL(π_avg ‖ π) = −π_avg / π, the trust-region direction for φ = probabilities.
+    """Trust-region direction k = ∂/∂π KL(π_avg ‖ π) = −π_avg / π for φ = probabilities.
 
     KL(π_avg ‖ π) = Σ_a π_avg(a) (log π_avg(a) − log π(a)), so ∂KL/∂π(a) = −π_avg(a)/π(a).
     φ = the probability vector is the paper's choice ("f categorical with probability vector
@@ -168,7 +168,7 @@ def categorical_kl_gradient(average_probs: Tensor, probs: Tensor) -> Tensor:
 def normal_kl_gradient(
     average_loc: Tensor, average_scale: Tensor, loc: Tensor, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """k for a diagonal Gaussian with statistics φ = (m, σ): ∂/∂(m, σ) KL(N_avg ‖ N).
+    """Trust-region direction for a diagonal Gaussian φ = (m, σ): ∂/∂(m, σ) KL(N_avg ‖ N).
 
         KL = Σ_i [ log σ_i/σ_avg,i + (σ_avg,i² + (m_avg,i − m_i)²) / (2σ_i²) − ½ ]
         k_m = (m − m_avg) / σ²,   k_σ = 1/σ − (σ_avg² + (m_avg − m)²) / σ³
@@ -191,9 +191,7 @@ def normal_kl_gradient(
         >>> normal_kl_gradient(zero, one, one, one)
         (tensor([1.]), tensor([-1.]))
     """
-    check_same_shape(
-        average_loc=average_loc, average_scale=average_scale, loc=loc, scale=scale
-    )
+    check_same_shape(average_loc=average_loc, average_scale=average_scale, loc=loc, scale=scale)
     check_floating(average_loc=average_loc, average_scale=average_scale, loc=loc, scale=scale)
     m_a, s_a, m, s = (x.detach() for x in (average_loc, average_scale, loc, scale))
     k_loc = (m - m_a) / s.pow(2)

@@ -1,1 +1,1 @@
-"""TorchRL ``LossModule`` subclasses: read keys, call networks and :mod:`ac_extensions.functional`."""
+"""TorchRL ``LossModule`` subclasses over :mod:`ac_extensions.functional`."""
