@@ -33,8 +33,9 @@ def retrace_targets(reward, chosen_action_value, next_state_value, trace, done, 
     the bracket's second term absent at t = T − 1.
     """
     shape = reward.shape
-    r, q, v_next, c = (_flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value,
-                                                               next_state_value, trace))
+    r, q, v_next, c = (
+        _flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value, next_state_value, trace)
+    )
     d, term = _flat(done, 2)[..., 0], _flat(terminated, 2)[..., 0]
     gam = _gamma_table(gamma, shape)
     out = torch.zeros_like(r)
@@ -50,16 +51,19 @@ def retrace_targets(reward, chosen_action_value, next_state_value, trace, done, 
     return out.reshape(shape[:-1]).unsqueeze(-1)
 
 
-def retrace_targets_td_form(reward, chosen_action_value, next_state_value, trace, done,
-                            terminated, gamma):
+def retrace_targets_td_form(
+    reward, chosen_action_value, next_state_value, trace, done, terminated, gamma
+):
     """The TD-error form (Munos et al., 2016, Eq. 4; rlax/trfl): a sum, not a recursion.
 
     G_t = Q(x_t, a_t) + Σ_{s≥t} (Π_{v=t}^{s−1} γ'_v c'_{v+1}) δ_s,
-    δ_s = r_s + γ'_s V(x_{s+1}) − Q(x_s, a_s),  γ'_v = γ(1 − term_v),  c'_{v+1} = (1 − done_v)c_{v+1}.
+    δ_s = r_s + γ'_s V(x_{s+1}) − Q(x_s, a_s),  γ'_v = γ(1 − term_v),
+    c'_{v+1} = (1 − done_v) c_{v+1}.
     """
     shape = reward.shape
-    r, q, v_next, c = (_flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value,
-                                                               next_state_value, trace))
+    r, q, v_next, c = (
+        _flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value, next_state_value, trace)
+    )
     d, term = _flat(done, 2)[..., 0], _flat(terminated, 2)[..., 0]
     gam = _gamma_table(gamma, shape)
     out = torch.zeros_like(r)
@@ -101,8 +105,9 @@ def categorical_projection(atoms, weights, support):
     return out.reshape(*atoms.shape[:-1], len(zs))
 
 
-def distributional_retrace_targets(reward, next_action_probs, next_atom_probs, next_action,
-                                   trace, done, terminated, gamma, support):
+def distributional_retrace_targets(
+    reward, next_action_probs, next_atom_probs, next_action, trace, done, terminated, gamma, support
+):
     """Reactor's distributional Retrace with the explicit α_{n,a} of Gruslys et al. (§3.2).
 
     q*_i(x_t, a_t) = Σ_{n≥1} Σ_a α_{n,a} Σ_j q_j(x_{t+n}, a) h_{z_i}(G_{t,n} + Γ_{t,n} z_j),
@@ -148,8 +153,9 @@ def distributional_retrace_targets(reward, next_action_probs, next_atom_probs, n
                     for j in range(n_atoms):
                         y = n_step_return + discount * zs[j]
                         for i in range(n_atoms):
-                            out[b, t, i] += alpha * float(q[b, u, a, j]) * triangular_kernel(
-                                y, zs, i)
+                            out[b, t, i] += (
+                                alpha * float(q[b, u, a, j]) * triangular_kernel(y, zs, i)
+                            )
                 trace_prod *= c_next
                 if trace_prod == 0.0:
                     break
@@ -160,8 +166,9 @@ def truncated_is_policy_loss(log_prob, ratio, advantage, c):
     """−min(c, ρ)·A·log π, element by element."""
     out = torch.zeros_like(log_prob, dtype=torch.float64)
     flat_out = out.view(-1)
-    for i, (lp, rho, adv) in enumerate(zip(log_prob.reshape(-1), ratio.reshape(-1),
-                                           advantage.reshape(-1), strict=True)):
+    for i, (lp, rho, adv) in enumerate(
+        zip(log_prob.reshape(-1), ratio.reshape(-1), advantage.reshape(-1), strict=True)
+    ):
         flat_out[i] = -min(c, float(rho)) * float(adv) * float(lp)
     return out
 
@@ -180,8 +187,9 @@ def bias_correction_loss(log_probs, ratios, advantages, c):
 def beta_loo_policy_loss(probs, action, behavior_prob, action_value, corrected_return, c):
     """−[β (R − Q(â)) π(â) + Σ_a Q(a) π(a)], β = min(c, 1/µ(â)), element by element."""
     p, q = _flat(probs.double(), 1), _flat(action_value.double(), 1)
-    act, mu, ret = (_flat(x, 1)[:, 0] for x in (action, behavior_prob.double(),
-                                                 corrected_return.double()))
+    act, mu, ret = (
+        _flat(x, 1)[:, 0] for x in (action, behavior_prob.double(), corrected_return.double())
+    )
     out = torch.zeros(p.shape[0], 1, dtype=torch.float64)
     for b in range(p.shape[0]):
         a_hat = int(act[b])
@@ -204,8 +212,15 @@ def trust_region_step(g, k, delta):
     return out.reshape(g.shape)
 
 
-def random_window(batch_shape=(), time=7, num_actions=3, num_atoms=11, done_pattern="mid",
-                  seed=0, dtype=torch.float64):
+def random_window(
+    batch_shape=(),
+    time=7,
+    num_actions=3,
+    num_atoms=11,
+    done_pattern="mid",
+    seed=0,
+    dtype=torch.float64,
+):
     """A consistent random window with per-action detail for the references.
 
     Rows follow the TorchRL alignment. Where ``done[t]`` is False and t < T − 1, the next state
@@ -245,10 +260,12 @@ def random_window(batch_shape=(), time=7, num_actions=3, num_atoms=11, done_patt
     next_action = torch.randint(num_actions, (*bs, time), generator=gen)
     # Continue the trajectory where not done: next quantities are row t + 1's.
     cont = ~done[..., :-1, 0]  # [*B, T − 1]
-    next_probs[..., :-1, :] = torch.where(cont[..., None], probs[..., 1:, :],
-                                          next_probs[..., :-1, :])
-    next_atom_probs[..., :-1, :, :] = torch.where(cont[..., None, None], atom_probs[..., 1:, :, :],
-                                                  next_atom_probs[..., :-1, :, :])
+    next_probs[..., :-1, :] = torch.where(
+        cont[..., None], probs[..., 1:, :], next_probs[..., :-1, :]
+    )
+    next_atom_probs[..., :-1, :, :] = torch.where(
+        cont[..., None, None], atom_probs[..., 1:, :, :], next_atom_probs[..., :-1, :, :]
+    )
     next_action[..., :-1] = torch.where(cont, action[..., 1:], next_action[..., :-1])
 
     behavior = simplex(time, num_actions)
@@ -275,7 +292,8 @@ def random_window(batch_shape=(), time=7, num_actions=3, num_atoms=11, done_patt
         state_value=(probs * q_values).sum(-1, keepdim=True),
         next_state_value=(next_probs * next_q_values).sum(-1, keepdim=True),
         chosen_atom_probs=atom_probs.gather(
-            -2, action[..., None, None].expand(*bs, time, 1, num_atoms)).squeeze(-2),
+            -2, action[..., None, None].expand(*bs, time, 1, num_atoms)
+        ).squeeze(-2),
         next_expected_atom_probs=(next_probs.unsqueeze(-1) * next_atom_probs).sum(-2),
     )
     return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in out.items()}

@@ -19,6 +19,7 @@ from ac_extensions.functional._checks import (
     check_floating,
     check_nonnegative,
     check_positive_scalar,
+    check_same_shape,
     check_tensor,
     check_time_layout,
 )
@@ -112,6 +113,7 @@ def bias_correction_loss(
         tensor([[0.1733]], grad_fn=<NegBackward0>)
     """
     check_time_layout(log_probs=log_probs, ratios=ratios, advantages=advantages)
+    check_same_shape(log_probs=log_probs, ratios=ratios, advantages=advantages)
     check_floating(log_probs=log_probs, ratios=ratios, advantages=advantages)
     check_nonnegative(ratios=ratios)
     c = check_positive_scalar("truncation_threshold", truncation_threshold)
@@ -154,6 +156,7 @@ def sampled_bias_correction_loss(
         tensor([[0.3466]], grad_fn=<NegBackward0>)
     """
     check_time_layout(log_prob=log_prob, ratio=ratio, advantage=advantage)
+    check_same_shape(log_prob=log_prob, ratio=ratio, advantage=advantage)
     check_floating(log_prob=log_prob, ratio=ratio, advantage=advantage)
     check_nonnegative(ratio=ratio)
     c = check_positive_scalar("truncation_threshold", truncation_threshold)
@@ -201,6 +204,7 @@ def beta_loo_policy_loss(
         tensor([[-0.5000]], grad_fn=<NegBackward0>)
     """
     check_time_layout(probs=probs, action_value=action_value)
+    check_same_shape(probs=probs, action_value=action_value)
     check_time_layout(
         feature=1, action=action, behavior_prob=behavior_prob, corrected_return=corrected_return
     )

@@ -31,15 +31,21 @@ class TestCategoricalProjectionHandComputed:
         ],
     )
     def test_point_mass(self, position, expected):
-        out = categorical_projection(torch.tensor([position], dtype=torch.float64),
-                                     torch.tensor([1.0], dtype=torch.float64), SUPPORT3)
+        out = categorical_projection(
+            torch.tensor([position], dtype=torch.float64),
+            torch.tensor([1.0], dtype=torch.float64),
+            SUPPORT3,
+        )
         torch.testing.assert_close(out, torch.tensor(expected, dtype=torch.float64))
 
     def test_non_uniform_support(self):
         # support [0, 1, 3]: y = 2 sits halfway between 1 and 3 → [0, .5, .5]
         support = torch.tensor([0.0, 1.0, 3.0], dtype=torch.float64)
-        out = categorical_projection(torch.tensor([2.0], dtype=torch.float64),
-                                     torch.tensor([2.0], dtype=torch.float64), support)
+        out = categorical_projection(
+            torch.tensor([2.0], dtype=torch.float64),
+            torch.tensor([2.0], dtype=torch.float64),
+            support,
+        )
         torch.testing.assert_close(out, torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64))
 
     def test_rlax_l2_project_golden(self):
@@ -52,8 +58,9 @@ class TestCategoricalProjectionHandComputed:
         weights[1, 1::2] = 0.0
         new = torch.arange(-1.0, 1.0, 0.5, dtype=torch.float64)
         new = torch.stack([new, new + 1.0])
-        expected = torch.tensor([[-0.375, -0.5, 0.0, 0.875], [0.0, 0.5, 1.0, 1.5]],
-                                dtype=torch.float64)
+        expected = torch.tensor(
+            [[-0.375, -0.5, 0.0, 0.875], [0.0, 0.5, 1.0, 1.5]], dtype=torch.float64
+        )
         out = torch.stack([categorical_projection(old[i], weights[i], new[i]) for i in range(2)])
         torch.testing.assert_close(out, expected)
 
@@ -85,7 +92,8 @@ class TestCategoricalProjectionProperties:
         w1, w2 = torch.randn(2, 3, 8, dtype=torch.float64)
         lhs = categorical_projection(atoms, 2.0 * w1 - 3.0 * w2, support)
         rhs = 2.0 * categorical_projection(atoms, w1, support) - 3.0 * categorical_projection(
-            atoms, w2, support)
+            atoms, w2, support
+        )
         torch.testing.assert_close(lhs, rhs)
 
     @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
@@ -101,17 +109,23 @@ class TestCategoricalProjectionProperties:
         atoms = torch.tensor([0.3, 1.0, 1.75], dtype=torch.float64)
         weights = torch.ones(3, dtype=torch.float64, requires_grad=True)
         jac = torch.autograd.functional.jacobian(
-            lambda w: categorical_projection(atoms, w, SUPPORT3), weights)
-        expected = torch.tensor([[0.7, 0.0, 0.0], [0.3, 1.0, 0.25], [0.0, 0.0, 0.75]],
-                                dtype=torch.float64)
+            lambda w: categorical_projection(atoms, w, SUPPORT3), weights
+        )
+        expected = torch.tensor(
+            [[0.7, 0.0, 0.0], [0.3, 1.0, 0.25], [0.0, 0.0, 0.75]], dtype=torch.float64
+        )
         torch.testing.assert_close(jac, expected)
 
 
 class TestCategoricalProjectionBadInput:
     @pytest.mark.parametrize(
         "support",
-        [torch.tensor([0.0, 0.0, 1.0]), torch.tensor([1.0, 0.0]), torch.tensor([1.0]),
-         torch.zeros(2, 3)],
+        [
+            torch.tensor([0.0, 0.0, 1.0]),
+            torch.tensor([1.0, 0.0]),
+            torch.tensor([1.0]),
+            torch.zeros(2, 3),
+        ],
     )
     def test_bad_support(self, support):
         with pytest.raises(ValueError, match="support"):
@@ -152,8 +166,7 @@ class TestDistributionalRetraceHandComputed:
             gamma=1.0,
             support=support,
         )
-        expected = torch.tensor([[0.0, -0.5, 1.5, 0.0], [0.0, 1.0, 0.0, 0.0]],
-                                dtype=torch.float64)
+        expected = torch.tensor([[0.0, -0.5, 1.5, 0.0], [0.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
         torch.testing.assert_close(out, expected)
 
     def test_single_step_is_expected_sarsa_c51(self):
@@ -161,17 +174,29 @@ class TestDistributionalRetraceHandComputed:
         # r = 0.5, γ = 0.5, q̄ = [.2, .3, .5] on [0, 1, 2] → atoms at .5, 1, 1.5.
         # .2 at .5 → .1/.1; .3 at 1 → .3 on z_1; .5 at 1.5 → .25/.25 → [.1, .65, .25]
         out = distributional_retrace_targets(
-            col(0.5), torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64),
-            torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64), col(1.0), flags(0), flags(0),
-            0.5, SUPPORT3)
+            col(0.5),
+            torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64),
+            torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64),
+            col(1.0),
+            flags(0),
+            flags(0),
+            0.5,
+            SUPPORT3,
+        )
         torch.testing.assert_close(out, torch.tensor([[0.1, 0.65, 0.25]], dtype=torch.float64))
 
     def test_terminal_first_step_is_a_point_mass_at_the_reward(self):
         # term_0: the target of row 0 is δ_{r_0} projected; r_0 = 1.25 → [0, .75, .25]
         out = distributional_retrace_targets(
-            col(1.25, 0.0), torch.full((2, 3), 1 / 3, dtype=torch.float64),
+            col(1.25, 0.0),
+            torch.full((2, 3), 1 / 3, dtype=torch.float64),
             torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]], dtype=torch.float64),
-            col(1.0, 1.0), flags(1, 0), flags(1, 0), 0.9, SUPPORT3)
+            col(1.0, 1.0),
+            flags(1, 0),
+            flags(1, 0),
+            0.9,
+            SUPPORT3,
+        )
         torch.testing.assert_close(out[0], torch.tensor([0.0, 0.75, 0.25], dtype=torch.float64))
 
 
@@ -179,13 +204,22 @@ class TestDistributionalRetraceDifferential:
     @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
     @pytest.mark.parametrize("done_pattern", ["none", "mid", "last"])
     def test_matches_naive_per_action_mixture(self, batch_shape, done_pattern):
-        w = reference.random_window(batch_shape, time=5, num_actions=3, num_atoms=7,
-                                    done_pattern=done_pattern, seed=11)
+        w = reference.random_window(
+            batch_shape, time=5, num_actions=3, num_atoms=7, done_pattern=done_pattern, seed=11
+        )
         support = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)  # some atoms get clipped
         out = distributional_retrace_targets(**collapsed(w), gamma=0.9, support=support)
         expected = reference.distributional_retrace_targets(
-            w["reward"], w["next_probs"], w["next_atom_probs"], w["next_action"], w["trace"],
-            w["done"], w["terminated"], 0.9, support)
+            w["reward"],
+            w["next_probs"],
+            w["next_atom_probs"],
+            w["next_action"],
+            w["trace"],
+            w["done"],
+            w["terminated"],
+            0.9,
+            support,
+        )
         torch.testing.assert_close(out, expected)
 
     def test_chunking_does_not_change_the_result(self, monkeypatch):
@@ -200,20 +234,30 @@ class TestDistributionalRetraceIdentities:
     @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
     @pytest.mark.parametrize("done_pattern", ["none", "mid", "last"])
     def test_mean_equals_scalar_retrace_when_nothing_is_clipped(self, batch_shape, done_pattern):
-        w = reference.random_window(batch_shape, time=8, num_atoms=11, done_pattern=done_pattern,
-                                    seed=13)
+        w = reference.random_window(
+            batch_shape, time=8, num_atoms=11, done_pattern=done_pattern, seed=13
+        )
         narrow = torch.linspace(-1.0, 1.0, 11, dtype=torch.float64)  # critic's support
         wide = torch.linspace(-20.0, 20.0, 401, dtype=torch.float64)  # target support, no clip
         # Embed the critic's distributions on the wide support (narrow ⊂ wide, on grid points).
-        embed = categorical_projection(narrow[:, None], torch.ones(11, 1, dtype=torch.float64), wide)
+        embed = categorical_projection(
+            narrow[:, None], torch.ones(11, 1, dtype=torch.float64), wide
+        )
         chosen = w["chosen_atom_probs"] @ embed
         next_expected = w["next_expected_atom_probs"] @ embed
         out = distributional_retrace_targets(
-            w["reward"], chosen, next_expected, w["trace"], w["done"], w["terminated"], 0.9, wide)
+            w["reward"], chosen, next_expected, w["trace"], w["done"], w["terminated"], 0.9, wide
+        )
         scalar = retrace_targets(
-            w["reward"], (chosen * wide).sum(-1, keepdim=True), w["state_value"],
-            (next_expected * wide).sum(-1, keepdim=True), w["trace"], w["done"], w["terminated"],
-            0.9)
+            w["reward"],
+            (chosen * wide).sum(-1, keepdim=True),
+            w["state_value"],
+            (next_expected * wide).sum(-1, keepdim=True),
+            w["trace"],
+            w["done"],
+            w["terminated"],
+            0.9,
+        )
         torch.testing.assert_close((out * wide).sum(-1, keepdim=True), scalar)
         torch.testing.assert_close(out.sum(-1), torch.ones_like(out.sum(-1)))
 
@@ -246,8 +290,9 @@ class TestDistributionalRetraceBadInput:
     def test_atom_count_must_match_support(self):
         w = reference.random_window((2,), time=4, num_atoms=11, seed=17)
         with pytest.raises(ValueError, match=r"chosen_atom_probs.*11.*|.*\[\*B, T, 9\]"):
-            distributional_retrace_targets(**collapsed(w), gamma=0.9,
-                                           support=torch.linspace(-1, 1, 9, dtype=torch.float64))
+            distributional_retrace_targets(
+                **collapsed(w), gamma=0.9, support=torch.linspace(-1, 1, 9, dtype=torch.float64)
+            )
 
     def test_batch_dims_must_match(self):
         w = reference.random_window((2,), time=4, seed=18)

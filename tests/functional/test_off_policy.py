@@ -17,8 +17,15 @@ from ac_extensions.functional import (
 from tests import _reference as reference
 from tests._helpers import col, flags
 
-RETRACE_KEYS = ("reward", "chosen_action_value", "state_value", "next_state_value", "trace",
-                "done", "terminated")
+RETRACE_KEYS = (
+    "reward",
+    "chosen_action_value",
+    "state_value",
+    "next_state_value",
+    "trace",
+    "done",
+    "terminated",
+)
 
 
 def retrace_inputs(window: dict) -> dict:
@@ -91,8 +98,16 @@ class TestRetraceTargetsHandComputed:
         # G_2 = 2; G_1 = .5·(0 + 1·(2 − 0)) = 1; G_0 = 1 + .5·(0 + 1·(1 − 0)) = 1.5
         end = flags(0, 0, 1)
         zeros = col(0.0, 0.0, 0.0)
-        out = retrace_targets(col(1.0, 0.0, 2.0), zeros, zeros, col(0.0, 0.0, 4.0),
-                              col(1.0, 1.0, 1.0), end, end, gamma=0.5)
+        out = retrace_targets(
+            col(1.0, 0.0, 2.0),
+            zeros,
+            zeros,
+            col(0.0, 0.0, 4.0),
+            col(1.0, 1.0, 1.0),
+            end,
+            end,
+            gamma=0.5,
+        )
         torch.testing.assert_close(out, col(1.5, 1.0, 2.0))
 
     def test_window_end_reads_next_state_value_at_t_minus_1(self):
@@ -109,18 +124,31 @@ class TestRetraceTargetsGolden:
         # In our alignment, row t is transition t (t = 0..2): the bootstrap V(x_{t+1}) and the
         # correction's Q(x_{t+1}, a_{t+1}) both come from the target network; pcontinue (γ
         # with terminations folded in) is a per-step γ tensor; expected is ½ (G − Q_online)².
-        qs = torch.tensor([[[1.1, 2.1], [-1.1, 1.1], [3.1, -3.1], [-1.2, 0.0]],
-                           [[2.1, 3.1], [9.5, 0.1], [-2.1, -1.1], [0.1, 7.4]]])
-        targnet_qs = torch.tensor([[[1.2, 2.2], [-1.2, 0.2], [2.2, -1.2], [-2.25, -6.0]],
-                                   [[4.2, 2.2], [1.2, 1.2], [-1.2, -2.2], [1.5, 1.0]]])
+        qs = torch.tensor(
+            [
+                [[1.1, 2.1], [-1.1, 1.1], [3.1, -3.1], [-1.2, 0.0]],
+                [[2.1, 3.1], [9.5, 0.1], [-2.1, -1.1], [0.1, 7.4]],
+            ]
+        )
+        targnet_qs = torch.tensor(
+            [
+                [[1.2, 2.2], [-1.2, 0.2], [2.2, -1.2], [-2.25, -6.0]],
+                [[4.2, 2.2], [1.2, 1.2], [-1.2, -2.2], [1.5, 1.0]],
+            ]
+        )
         actions = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1]])
         rewards = torch.tensor([[-1.3, -1.3, 2.3, 42.0], [1.3, 5.3, -3.3, -5.0]])
         pcontinues = torch.tensor([[0.0, 0.89, 0.85, 0.99], [0.88, 1.0, 0.83, 0.95]])
-        pi = torch.tensor([[[0.5, 0.5], [0.2, 0.8], [0.6, 0.4], [0.9, 0.1]],
-                           [[0.1, 0.9], [1.0, 0.0], [0.3, 0.7], [0.7, 0.3]]])
+        pi = torch.tensor(
+            [
+                [[0.5, 0.5], [0.2, 0.8], [0.6, 0.4], [0.9, 0.1]],
+                [[0.1, 0.9], [1.0, 0.0], [0.3, 0.7], [0.7, 0.3]],
+            ]
+        )
         mu_taken = torch.tensor([[0.5, 0.1, 0.9, 0.3], [0.4, 0.6, 1.0, 0.9]])
-        expected = torch.tensor([[2.8800001, 3.8934109, 4.5942383],
-                                 [3.1121615e-1, 2.0253206e1, 3.1601219e-3]])
+        expected = torch.tensor(
+            [[2.8800001, 3.8934109, 4.5942383], [3.1121615e-1, 2.0253206e1, 3.1601219e-3]]
+        )
 
         a = actions.unsqueeze(-1)
         target_values = (pi * targnet_qs).sum(-1, keepdim=True)  # V_targ(x_s)  [B, 4, 1]
@@ -149,8 +177,14 @@ class TestRetraceTargetsDifferential:
         w = reference.random_window(batch_shape, time=7, done_pattern=done_pattern, seed=1)
         out = retrace_targets(**retrace_inputs(w), gamma=0.97)
         expected = reference.retrace_targets(
-            w["reward"], w["chosen_action_value"], w["next_state_value"], w["trace"],
-            w["done"], w["terminated"], 0.97)
+            w["reward"],
+            w["chosen_action_value"],
+            w["next_state_value"],
+            w["trace"],
+            w["done"],
+            w["terminated"],
+            0.97,
+        )
         torch.testing.assert_close(out, expected)
 
     @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
@@ -159,8 +193,14 @@ class TestRetraceTargetsDifferential:
         w = reference.random_window(batch_shape, time=9, done_pattern="mid", seed=2)
         out = retrace_targets(**retrace_inputs(w), gamma=0.9)
         expected = reference.retrace_targets_td_form(
-            w["reward"], w["chosen_action_value"], w["next_state_value"], w["trace"],
-            w["done"], w["terminated"], 0.9)
+            w["reward"],
+            w["chosen_action_value"],
+            w["next_state_value"],
+            w["trace"],
+            w["done"],
+            w["terminated"],
+            0.9,
+        )
         torch.testing.assert_close(out, expected)
 
     def test_per_step_gamma_tensor(self):
@@ -168,8 +208,14 @@ class TestRetraceTargetsDifferential:
         gamma = torch.rand(4, 6, 1, dtype=torch.float64)
         out = retrace_targets(**retrace_inputs(w), gamma=gamma)
         expected = reference.retrace_targets(
-            w["reward"], w["chosen_action_value"], w["next_state_value"], w["trace"],
-            w["done"], w["terminated"], gamma)
+            w["reward"],
+            w["chosen_action_value"],
+            w["next_state_value"],
+            w["trace"],
+            w["done"],
+            w["terminated"],
+            gamma,
+        )
         torch.testing.assert_close(out, expected)
 
     def test_float32_matches_float64(self):
@@ -203,8 +249,9 @@ class TestRetraceTargetsIdentities:
         # Q(x_{t+1}, a_{t+1}) = V(x_{t+1}) inside a trajectory.
         w["chosen_action_value"] = w["state_value"]
         cont = ~w["done"][:, :-1]
-        w["next_state_value"][:, :-1] = torch.where(cont, w["state_value"][:, 1:],
-                                                    w["next_state_value"][:, :-1])
+        w["next_state_value"][:, :-1] = torch.where(
+            cont, w["state_value"][:, 1:], w["next_state_value"][:, :-1]
+        )
         out = retrace_targets(**retrace_inputs(w), gamma=gamma)
         expected = torch.zeros_like(out)
         for b in range(3):
@@ -222,7 +269,8 @@ class TestRetraceTargetsIdentities:
 
     def test_on_policy_control_variate_identity(self):
         # algorithms.md §c.1 item 5: with c ≡ 1 (on-policy, ρ = 1), and no episode end,
-        # Q^ret_t − [n-step return to the window end] = Σ_{k≥1} γ^k (V(x_{t+k}) − Q(x_{t+k}, a_{t+k}))
+        # Q^ret_t − [n-step return to the window end]
+        #     = Σ_{k≥1} γ^k (V(x_{t+k}) − Q(x_{t+k}, a_{t+k}))
         # where the n-step return bootstraps with γ^{T−t} V(x_T). Exact for any Q.
         w = reference.random_window((2,), time=6, done_pattern="none", seed=8)
         gamma, T = 0.9, 6

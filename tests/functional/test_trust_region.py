@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ac_extensions.functional import (
+    categorical_kl_gradient,
+    normal_kl_gradient,
+    trust_region_loss,
+    trust_region_multiplier,
+    trust_region_step,
+)
+from tests import _reference as reference
+
+
+def t(*xs: float) -> torch.Tensor:
+    return torch.tensor(xs, dtype=torch.float64)
+
+
+class TestTrustRegionStep:
+    def test_active_constraint_hand_case(self):
+        # g = [2, 0, 0], k = [1, 0, 0], δ = 1: kᵀg = 2 > δ, λ = (2 − 1)/1 = 1, z* = [1, 0, 0],
+        # and kᵀz* = δ exactly.
+        g, k = t(2.0, 0.0, 0.0), t(1.0, 0.0, 0.0)
+        z = trust_region_step(g, k, 1.0)
+        torch.testing.assert_close(z, t(1.0, 0.0, 0.0))
+        assert float(k @ z) == 1.0
+
+    def test_inactive_constraint_is_bit_exact(self):
+        g, k = t(0.3, -1.2, 0.7), t(0.5, 0.5, 0.1)  # kᵀg = −0.38 ≤ δ
+        z = trust_region_step(g, k, 1.0)
+        assert torch.equal(z, g)
+
+    def test_zero_k_is_safe(self):
+        g = t(1.0, 2.0)
+        for delta in (0.0, 1.0):
+            z = trust_region_step(g, torch.zeros(2, dtype=torch.float64), delta)
+            assert torch.equal(z, g)
+
+    def test_infinite_delta_is_a_no_op(self):
+        g, k = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64) * 9
+        assert torch.equal(trust_region_step(g, k, math.inf), g)
+
+    @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
+    def test_matches_reference(self, batch_shape):
+        gen = torch.Generator().manual_seed(0)
+        g = torch.randn(*batch_shape, 6, generator=gen, dtype=torch.float64) * 3
+        k = torch.randn(*batch_shape, 6, generator=gen, dtype=torch.float64)
+        torch.testing.assert_close(
+            trust_region_step(g, k, 0.5), reference.trust_region_step(g, k, 0.5)
+        )
+
+    def test_kkt_conditions(self):
+        # For random g, k, δ: z* is feasible, λ >= 0, stationarity g − z* = λk, and
+        # complementary slackness λ (kᵀz* − δ) = 0; and no feasible point is closer to g.
+        gen = torch.Generator().manual_seed(1)
+        g = torch.randn(200, 5, generator=gen, dtype=torch.float64) * 2
+        k = torch.randn(200, 5, generator=gen, dtype=torch.float64)
+        delta = 0.7
+        z = trust_region_step(g, k, delta)
+        lam = trust_region_multiplier(g, k, delta)
+        kz = (k * z).sum(-1, keepdim=True)
+        assert bool((kz <= delta + 1e-9).all())
+        assert bool((lam >= 0).all())
+        torch.testing.assert_close(g - z, lam * k)
+        torch.testing.assert_close(lam * (kz - delta), torch.zeros_like(lam), atol=1e-9, rtol=0)
+        assert bool((lam > 0).any()) and bool((lam == 0).any())  # both regimes exercised
+        # Optimality against random feasible points.
+        other = torch.randn(200, 50, 5, generator=gen, dtype=torch.float64) * 3 + g.unsqueeze(1)
+        k_o = (other * k.unsqueeze(1)).sum(-1)
+        feasible = k_o <= delta
+        dist_other = (other - g.unsqueeze(1)).pow(2).sum(-1)
+        dist_z = (z - g).pow(2).sum(-1, keepdim=True).expand_as(dist_other)
+        assert bool((dist_z[feasible] <= dist_other[feasible] + 1e-9).all())
+
+    def test_duplicating_the_batch_does_not_change_per_sample_directions(self):
+        # The constraint is per sample: the adjusted direction of a sample does not depend on
+        # how many other samples share the batch (catches batch-mean scaling of g).
+        gen = torch.Generator().manual_seed(2)
+        g = torch.randn(4, 3, generator=gen, dtype=torch.float64) * 3
+        k = torch.randn(4, 3, generator=gen, dtype=torch.float64)
+        single = trust_region_step(g, k, 1.0)
+        doubled = trust_region_step(torch.cat([g, g]), torch.cat([k, k]), 1.0)
+        torch.testing.assert_close(doubled, torch.cat([single, single]))
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match=r"k.*\(3,\)|g.*\(2,\)"):
+            trust_region_step(t(1.0, 2.0), t(1.0, 2.0, 3.0))
+        with pytest.raises(ValueError, match="delta"):
+            trust_region_step(t(1.0), t(1.0), -1.0)
+
+
+class TestTrustRegionLoss:
+    def test_surrogate_gradient_is_minus_z_star(self):
+        # ∂/∂φ [−J(φ) + sg(λ)·KL(π_avg ‖ π_φ)] = −g + λk = −z*, per sample, with φ = probs.
+        gen = torch.Generator().manual_seed(3)
+        probs = torch.rand(6, 4, generator=gen, dtype=torch.float64).softmax(-1)
+        probs.requires_grad_()
+        avg = torch.rand(6, 4, generator=gen, dtype=torch.float64).softmax(-1)
+        weights = torch.randn(6, 4, generator=gen, dtype=torch.float64) * 5
+        objective = (weights * probs.log()).sum(-1, keepdim=True)  # J_t, per sample
+        (g,) = torch.autograd.grad(objective.sum(), probs, retain_graph=True)
+        kl = (avg * (avg.log() - probs.log())).sum(-1, keepdim=True)
+        (k_autograd,) = torch.autograd.grad(kl.sum(), probs, retain_graph=True)
+        k = categorical_kl_gradient(avg, probs)
+        torch.testing.assert_close(k, k_autograd)
+        surrogate = -objective + trust_region_loss(kl, g, k, delta=0.1)
+        (grad,) = torch.autograd.grad(surrogate.sum(), probs)
+        torch.testing.assert_close(grad, -trust_region_step(g, k, 0.1))
+        assert bool((trust_region_multiplier(g, k, 0.1) > 0).any())
+
+    def test_average_equal_to_current_policy_leaves_parameter_gradient_unchanged(self):
+        # φ = probs, π_avg = π: k = −𝟙, annihilated by the softmax Jacobian (Jᵀ𝟙 = 0).
+        gen = torch.Generator().manual_seed(4)
+        logits = torch.randn(5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+        weights = torch.randn(5, 3, generator=gen, dtype=torch.float64) * 4
+
+        def grad_wrt_logits(with_trust_region: bool) -> torch.Tensor:
+            probs = logits.softmax(-1)
+            objective = (weights * probs.log()).sum(-1, keepdim=True)
+            loss = -objective
+            if with_trust_region:
+                (g,) = torch.autograd.grad(objective.sum(), probs, retain_graph=True)
+                avg = probs.detach()
+                k = categorical_kl_gradient(avg, probs)
+                torch.testing.assert_close(k, -torch.ones_like(k))
+                kl = (avg * (avg.log() - probs.log())).sum(-1, keepdim=True)
+                loss = loss + trust_region_loss(kl, g, k, delta=0.0)
+            (grad,) = torch.autograd.grad(loss.sum(), logits)
+            return grad
+
+        torch.testing.assert_close(grad_wrt_logits(True), grad_wrt_logits(False))
+
+    def test_kl_shape_must_match(self):
+        with pytest.raises(ValueError, match=r"kl must have shape"):
+            trust_region_loss(torch.zeros(3), torch.zeros(3, 2), torch.zeros(3, 2))
+
+
+class TestKLGradients:
+    def test_normal_kl_gradient_matches_autograd(self):
+        gen = torch.Generator().manual_seed(5)
+        m_a, m = torch.randn(2, 4, 3, generator=gen, dtype=torch.float64)
+        s_a, s = torch.rand(2, 4, 3, generator=gen, dtype=torch.float64) + 0.3
+        m.requires_grad_()
+        s.requires_grad_()
+        kl = torch.distributions.kl_divergence(
+            torch.distributions.Normal(m_a, s_a), torch.distributions.Normal(m, s)
+        ).sum()
+        gm, gs = torch.autograd.grad(kl, (m, s))
+        k_loc, k_scale = normal_kl_gradient(m_a, s_a, m, s)
+        torch.testing.assert_close(k_loc, gm)
+        torch.testing.assert_close(k_scale, gs)
+
+    def test_categorical_kl_gradient_shape_mismatch(self):
+        with pytest.raises(ValueError, match="probs"):
+            categorical_kl_gradient(torch.ones(2, 3), torch.ones(2, 4))
