@@ -26,23 +26,57 @@ from ac_extensions.functional._checks import (
 __all__ = ["categorical_projection", "distributional_retrace_targets"]
 
 # Upper bound on the number of (t, u, j) atoms materialised at once by the distributional
-# Retrace target; larger inputs are processed in chunks of start times t (same result).
-_MAX_ATOMS_PER_CHUNK = 1 << 23
+# Retrace target; larger inputs are processed in chunks of (t, u) pairs (same result).
+_MAX_ATOMS_PER_CHUNK = 1 << 22
 
 
-def _project(atoms: Tensor, weights: Tensor, support: Tensor) -> Tensor:
-    """Unchecked projection; atoms/weights [*, K], support [N] → [*, N]."""
-    num_atoms = support.shape[0]
-    position = atoms.clamp(min=support[0], max=support[-1])  # [*, K]
-    # Index of the support interval [z_l, z_{l+1}] holding each position, l ∈ [0, N − 2].
-    lower = torch.searchsorted(support, position.contiguous(), right=True) - 1
-    lower = lower.clamp(min=0, max=num_atoms - 2)  # [*, K]
+def _is_uniform(support: Tensor) -> bool:
+    gaps = support[1:] - support[:-1]
+    return bool(torch.allclose(gaps, gaps.mean().expand_as(gaps), rtol=1e-4, atol=0.0))
+
+
+def _split_uniform(scaled: Tensor, num_atoms: int) -> tuple[Tensor, Tensor]:
+    """Split fractional atom indices (position − z_0)/Δz into (lower index, upper share).
+
+    Indices are clipped to [0, N − 1] (clipping the position to [z_0, z_{N−1}]). An index
+    within float rounding of an integer is snapped to it, so that a position on a support
+    point gives all of its weight to that point instead of splitting it as (1 − ε, ε).
+    """
+    scaled = scaled.clamp(0.0, num_atoms - 1.0)
+    nearest = scaled.round()
+    snap = 16.0 * torch.finfo(scaled.dtype).eps * num_atoms
+    on_atom = (scaled - nearest).abs_().le_(snap).bool()
+    scaled = torch.where(on_atom, nearest, scaled)
+    lower = scaled.floor().clamp_(max=num_atoms - 2.0)
+    return lower.to(torch.int32), scaled.sub_(lower)
+
+
+def _split_sorted(position: Tensor, support: Tensor) -> tuple[Tensor, Tensor]:
+    """(lower index, upper share) of positions on an arbitrary increasing support."""
+    position = torch.minimum(torch.maximum(position, support[0]), support[-1])
+    lower = torch.searchsorted(support, position.contiguous(), right=True, out_int32=True) - 1
+    lower = lower.clamp(0, support.shape[0] - 2)
     z_lower, z_upper = support[lower], support[lower + 1]
-    upper_share = ((position - z_lower) / (z_upper - z_lower)).clamp(0.0, 1.0)  # [*, K]
-    out = weights.new_zeros((*weights.shape[:-1], num_atoms))
-    out.scatter_add_(-1, lower, weights * (1.0 - upper_share))
-    out.scatter_add_(-1, lower + 1, weights * upper_share)
-    return out
+    return lower, ((position - z_lower) / (z_upper - z_lower)).clamp(0.0, 1.0)
+
+
+def _accumulate(
+    out: Tensor, row_start: Tensor, lower: Tensor, upper_share: Tensor, weights: Tensor
+) -> None:
+    """out.view(-1)[row_start + l] += w (1 − s); out.view(-1)[row_start + l + 1] += w s.
+
+    Args:
+        out: accumulator [R, N], contiguous.
+        row_start: int32 offset R_i · N of the output row of each atom, broadcastable.
+        lower: int32 lower atom index l, shape [*, K].
+        upper_share: s ∈ [0, 1], shape [*, K].
+        weights: w, shape [*, K].
+    """
+    index = (row_start + lower).reshape(-1)
+    upper_weight = weights * upper_share
+    flat = out.view(-1)
+    flat.index_add_(0, index, (weights - upper_weight).reshape(-1))
+    flat.index_add_(0, index + 1, upper_weight.reshape(-1))
 
 
 def categorical_projection(atoms: Tensor, weights: Tensor, support: Tensor) -> Tensor:
@@ -84,7 +118,19 @@ def categorical_projection(atoms: Tensor, weights: Tensor, support: Tensor) -> T
         )
     check_floating(atoms=atoms, weights=weights)
     support = support.to(device=atoms.device, dtype=atoms.dtype)
-    return _project(atoms, weights.to(atoms.dtype), support)
+    weights = weights.to(atoms.dtype)
+    batch_shape, num_atoms = atoms.shape[:-1], support.shape[0]
+    rows = batch_shape.numel()
+    atoms, weights = atoms.reshape(rows, -1), weights.reshape(rows, -1)
+    if _is_uniform(support):
+        spacing = (support[-1] - support[0]) / (num_atoms - 1)
+        lower, upper_share = _split_uniform((atoms - support[0]) / spacing, num_atoms)
+    else:
+        lower, upper_share = _split_sorted(atoms, support)
+    out = atoms.new_zeros(rows, num_atoms)
+    row_start = torch.arange(rows, dtype=torch.int32, device=atoms.device) * num_atoms
+    _accumulate(out, row_start.unsqueeze(-1), lower, upper_share, weights)
+    return out.reshape(*batch_shape, num_atoms)
 
 
 def _exclusive_window_cumprod(x: Tensor) -> Tensor:
@@ -145,8 +191,9 @@ def distributional_retrace_targets(
     bootstraps from the truncated next state and cuts the trace. When no atom is clipped, the
     mean Σ_i z_i q*_t(i) equals the scalar Retrace target with V = E[q̄], Q = E[q].
 
-    Cost O(B·T²·N) time and memory (atoms are materialised per (t, u, j), in chunks over t for
-    large inputs), never a dense [N, N] kernel.
+    Cost O(B·T²·N) time (each of the T(T+1)/2 pairs (t, u) contributes N atoms, each touching
+    two support points; pairs whose trace product is exactly zero, e.g. past an episode end,
+    are skipped) and memory bounded by a chunk of pairs; never a dense [N, N] kernel.
 
     Args:
         reward: r_t. Shape [*B, T, 1].
@@ -217,16 +264,42 @@ def distributional_retrace_targets(
         # are shifted by G_{t,u}, so it is enough to shift/scale the bootstrap distribution,
         # whose total mass is Σ_j q̄_u(j) − c'_{u+1} = 1 − c'_{u+1} for normalised inputs.
 
-        atoms_per_row = time * num_atoms * max(1, batch_shape.numel())
-        chunk = max(1, _MAX_ATOMS_PER_CHUNK // atoms_per_row)
-        out = []
-        for start in range(0, time, chunk):
-            rows = slice(start, min(time, start + chunk))
-            # Atoms y_{t,u,j} = G_{t,u} + Γ_{t,u} z_j, weights P_{t,u} · bootstrap_u(j)
-            positions = (
-                n_step_return[..., rows, :, None] + bootstrap_discount[..., rows, :, None] * support
-            )  # [*B, t, T, N]
-            weights = trace_product[..., rows, :, None] * bootstrap.unsqueeze(-3)
-            flat = (*positions.shape[:-2], time * num_atoms)
-            out.append(_project(positions.reshape(flat), weights.reshape(flat), support))
-        return torch.cat(out, dim=-2)
+        # Only pairs u >= t contribute, and of those only the ones whose trace product is not
+        # exactly zero (a pair reaching past an episode end or a zero trace adds nothing).
+        # Gather the contributing (row r, pair) items once, flattening the batch dims.   [M]
+        rows = batch_shape.numel()
+        start, end = torch.triu_indices(time, time, device=reward.device)
+        trace_product = trace_product.reshape(rows, time, time)[:, start, end]  # [R, P]
+        item_row, item_pair = (trace_product != 0).nonzero(as_tuple=True)
+        item_start, item_end = start[item_pair], end[item_pair]
+        trace_product = trace_product[item_row, item_pair]
+        n_step_return = n_step_return.reshape(rows, time, time)[item_row, item_start, item_end]
+        bootstrap_discount = bootstrap_discount.reshape(rows, time, time)[
+            item_row, item_start, item_end
+        ]
+        bootstrap = bootstrap.reshape(rows, time, num_atoms)
+        # Offset of the [R·T, N] output row (r, t) that each item feeds.                [M]
+        row_start = ((item_row * time + item_start) * num_atoms).to(torch.int32)
+        out = reward.new_zeros(rows * time, num_atoms)
+        uniform = _is_uniform(support)
+        if uniform:
+            # Work in fractional atom indices: (G + Γ z_j − z_0)/Δz = (G − z_0)/Δz + Γ z_j/Δz.
+            spacing = (support[-1] - support[0]) / (num_atoms - 1)
+            offset = (n_step_return - support[0]) / spacing
+            scaled_support = support / spacing
+        items = item_row.shape[0]
+        chunk = max(1, _MAX_ATOMS_PER_CHUNK // num_atoms)
+        for lo in range(0, items, chunk):
+            sl = slice(lo, min(items, lo + chunk))
+            # Atoms y_{t,u,j} = G_{t,u} + Γ_{t,u} z_j, weights P_{t,u} · bootstrap_u(j)    [m, N]
+            if uniform:
+                scaled = torch.addcmul(
+                    offset[sl, None], bootstrap_discount[sl, None], scaled_support
+                )
+                lower, upper_share = _split_uniform(scaled, num_atoms)
+            else:
+                positions = n_step_return[sl, None] + bootstrap_discount[sl, None] * support
+                lower, upper_share = _split_sorted(positions, support)
+            weights = trace_product[sl, None] * bootstrap[item_row[sl], item_end[sl]]
+            _accumulate(out, row_start[sl, None], lower, upper_share, weights)
+        return out.reshape(*batch_shape, time, num_atoms)

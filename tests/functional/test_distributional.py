@@ -71,7 +71,21 @@ class TestCategoricalProjectionProperties:
         support = torch.linspace(-10.0, 10.0, 51)
         weights = torch.rand(4, 51)
         out = categorical_projection(support.expand(4, 51), weights, support)
-        torch.testing.assert_close(out, weights)
+        assert torch.equal(out, weights)
+
+    def test_uniform_fast_path_matches_the_search_path(self):
+        # A uniform support takes the arithmetic path; the same points with a tiny bump in the
+        # last gap take the searchsorted path. Away from that gap they must agree.
+        uniform = torch.linspace(-3.0, 3.0, 13, dtype=torch.float64)
+        bumped = uniform.clone()
+        bumped[-1] += 1e-3
+        atoms = torch.rand(50, 40, dtype=torch.float64) * 5.0 - 3.5  # some clipped at −3
+        weights = torch.randn(50, 40, dtype=torch.float64)
+        fast = categorical_projection(atoms, weights, uniform)
+        slow = categorical_projection(atoms, weights, bumped)
+        torch.testing.assert_close(fast, slow)
+        on_grid = categorical_projection(uniform.expand(3, 13), torch.ones(3, 13), uniform.float())
+        assert torch.equal(on_grid, torch.ones(3, 13))
 
     def test_conserves_signed_mass(self):
         atoms = torch.randn(5, 30, dtype=torch.float64) * 3
