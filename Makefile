@@ -17,7 +17,7 @@ $(BIN)/activate: pyproject.toml
 venv: $(BIN)/activate
 
 lint: venv
-	$(BIN)/ruff check ac_extensions tests benchmarks examples
+	$(BIN)/ruff check $(wildcard ac_extensions tests benchmarks examples)
 
 test: venv lint
 	$(BIN)/python -m pytest -q

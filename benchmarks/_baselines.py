@@ -85,8 +85,9 @@ def _dense_projection(positions: Tensor, weights: Tensor, support: Tensor) -> Te
     return (weights.unsqueeze(-1) * kernel).sum(-2)
 
 
-def distributional_retrace_targets(reward, chosen_atom_probs, next_expected_atom_probs, trace,
-                                   done, terminated, gamma, support):
+def distributional_retrace_targets(
+    reward, chosen_atom_probs, next_expected_atom_probs, trace, done, terminated, gamma, support
+):
     """q*_t = Σ_n Φ[w_{t,n} at G_{t,n} + Γ_{t,n} z], a loop over (t, n) with a dense kernel."""
     time = reward.shape[-2]
     disc = (gamma * (~terminated).to(reward.dtype))[..., 0]
@@ -100,8 +101,9 @@ def distributional_retrace_targets(reward, chosen_atom_probs, next_expected_atom
         for u in range(t, time):
             n_step = n_step + discount * reward[..., u, 0]
             discount = discount * disc[..., u]
-            c_next = trace[..., u + 1, 0] * cut[..., u] if u + 1 < time else torch.zeros_like(
-                n_step)
+            c_next = (
+                trace[..., u + 1, 0] * cut[..., u] if u + 1 < time else torch.zeros_like(n_step)
+            )
             bootstrap = next_expected_atom_probs[..., u, :]
             if u + 1 < time:
                 bootstrap = bootstrap - c_next.unsqueeze(-1) * chosen_atom_probs[..., u + 1, :]

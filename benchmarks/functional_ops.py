@@ -27,9 +27,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _baselines as naive  # noqa: E402
+import _baselines as naive
 
-from ac_extensions import functional as F  # noqa: E402
+from ac_extensions import functional as F
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -127,7 +127,7 @@ def make_inputs(batch: int, time_steps: int, actions: int, atoms: int, seed: int
 
 
 def ops(x: dict, gamma: float = 0.99, c: float = 10.0) -> dict[str, tuple[Callable, Callable]]:
-    """name → (ours, naive); each returns a tensor to compare."""
+    """Name → (ours, naive); each returns a tensor to compare."""
 
     def acer_ours():
         logits = x["logits"].clone().requires_grad_()
@@ -143,29 +143,55 @@ def ops(x: dict, gamma: float = 0.99, c: float = 10.0) -> dict[str, tuple[Callab
 
     def acer_naive():
         logits = x["logits"].clone().requires_grad_()
-        loss = naive.acer_policy_losses(logits.log_softmax(-1), x["behavior_probs"],
-                                        x["action"], x["q_ret"], x["action_values"], c)
+        loss = naive.acer_policy_losses(
+            logits.log_softmax(-1),
+            x["behavior_probs"],
+            x["action"],
+            x["q_ret"],
+            x["action_values"],
+            c,
+        )
         loss.sum().backward()
         return logits.grad
 
     def loo(fn):
         def run():
             logits = x["logits"].clone().requires_grad_()
-            loss = fn(logits.softmax(-1), x["action"], x["behavior_probs"].gather(-1, x["action"]),
-                      x["action_values"], x["q_ret"], 1.0)
+            loss = fn(
+                logits.softmax(-1),
+                x["action"],
+                x["behavior_probs"].gather(-1, x["action"]),
+                x["action_values"],
+                x["q_ret"],
+                1.0,
+            )
             loss.sum().backward()
             return logits.grad
+
         return run
 
     shifted = x["reward"] + gamma * x["support"]  # [B, T, N] atoms of a one-step target
     return {
         "retrace_targets": (
-            lambda: F.retrace_targets(x["reward"], x["chosen_action_value"], x["state_value"],
-                                      x["next_state_value"], x["trace"], x["done"],
-                                      x["terminated"], gamma),
-            lambda: naive.retrace_targets(x["reward"], x["chosen_action_value"],
-                                          x["next_state_value"], x["trace"], x["done"],
-                                          x["terminated"], gamma),
+            lambda: F.retrace_targets(
+                x["reward"],
+                x["chosen_action_value"],
+                x["state_value"],
+                x["next_state_value"],
+                x["trace"],
+                x["done"],
+                x["terminated"],
+                gamma,
+            ),
+            lambda: naive.retrace_targets(
+                x["reward"],
+                x["chosen_action_value"],
+                x["next_state_value"],
+                x["trace"],
+                x["done"],
+                x["terminated"],
+                gamma,
+            ),
         ),
         "acer_policy_terms (fwd+bwd)": (acer_ours, acer_naive),
         "trust_region_step": (
@@ -174,19 +200,36 @@ def ops(x: dict, gamma: float = 0.99, c: float = 10.0) -> dict[str, tuple[Callab
         ),
         "categorical_projection": (
             lambda: F.categorical_projection(shifted, x["next_expected_atom_probs"], x["support"]),
-            lambda: naive.categorical_projection(shifted, x["next_expected_atom_probs"],
-                                                 x["support"]),
+            lambda: naive.categorical_projection(
+                shifted, x["next_expected_atom_probs"], x["support"]
+            ),
         ),
         "distributional_retrace_targets": (
             lambda: F.distributional_retrace_targets(
-                x["reward"], x["chosen_atom_probs"], x["next_expected_atom_probs"], x["trace"],
-                x["done"], x["terminated"], gamma, x["support"]),
+                x["reward"],
+                x["chosen_atom_probs"],
+                x["next_expected_atom_probs"],
+                x["trace"],
+                x["done"],
+                x["terminated"],
+                gamma,
+                x["support"],
+            ),
             lambda: naive.distributional_retrace_targets(
-                x["reward"], x["chosen_atom_probs"], x["next_expected_atom_probs"], x["trace"],
-                x["done"], x["terminated"], gamma, x["support"]),
+                x["reward"],
+                x["chosen_atom_probs"],
+                x["next_expected_atom_probs"],
+                x["trace"],
+                x["done"],
+                x["terminated"],
+                gamma,
+                x["support"],
+            ),
         ),
-        "beta_loo_policy_loss (fwd+bwd)": (loo(F.beta_loo_policy_loss),
-                                           loo(naive.beta_loo_policy_loss)),
+        "beta_loo_policy_loss (fwd+bwd)": (
+            loo(F.beta_loo_policy_loss),
+            loo(naive.beta_loo_policy_loss),
+        ),
     }
 
 
@@ -199,8 +242,10 @@ def main() -> None:
     sizes = [(32, 20)] if args.quick else [(32, 20), (32, 80), (256, 20), (256, 80)]
     actions, atoms = 18, 51
     rows = []
-    header = (f"| op | B | T | ours (ms) | naive (ms) | naive/ours | peak MiB ours | "
-              f"peak MiB naive |\n|---|---|---|---|---|---|---|---|")
+    header = (
+        "| op | B | T | ours (ms) | naive (ms) | naive/ours | peak MiB ours | "
+        "peak MiB naive |\n|---|---|---|---|---|---|---|---|"
+    )
     print(header, flush=True)
     for batch, steps in sizes:
         x = make_inputs(batch, steps, actions, atoms)
@@ -208,23 +253,39 @@ def main() -> None:
             torch.testing.assert_close(ours(), base(), rtol=1e-4, atol=1e-4)
             t_ours = median_time(ours, 5, args.budget)
             t_base = median_time(base, 1 if steps * batch > 2000 else 3, args.budget)
-            row = dict(op=name, B=batch, T=steps, ours_ms=t_ours * 1e3, naive_ms=t_base * 1e3,
-                       ratio=t_base / t_ours, peak_mib_ours=peak_memory(ours) / 2**20,
-                       peak_mib_naive=peak_memory(base) / 2**20)
+            row = dict(
+                op=name,
+                B=batch,
+                T=steps,
+                ours_ms=t_ours * 1e3,
+                naive_ms=t_base * 1e3,
+                ratio=t_base / t_ours,
+                peak_mib_ours=peak_memory(ours) / 2**20,
+                peak_mib_naive=peak_memory(base) / 2**20,
+            )
             rows.append(row)
-            print(f"| {name} | {batch} | {steps} | {row['ours_ms']:.3f} | {row['naive_ms']:.1f} | "
-                  f"{row['ratio']:.1f}x | {row['peak_mib_ours']:.1f} | "
-                  f"{row['peak_mib_naive']:.1f} |", flush=True)
-    meta = (f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-            f"{platform.processor() or platform.machine()}, A = {actions}, N = {atoms}, float32; "
-            f"median of repeats within {args.budget:.1f} s per measurement (naive at the larger "
-            f"sizes: a single timed call)")
+            print(
+                f"| {name} | {batch} | {steps} | {row['ours_ms']:.3f} | {row['naive_ms']:.1f} | "
+                f"{row['ratio']:.1f}x | {row['peak_mib_ours']:.1f} | "
+                f"{row['peak_mib_naive']:.1f} |",
+                flush=True,
+            )
+    meta = (
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}, A = {actions}, N = {atoms}, float32; "
+        f"median of repeats within {args.budget:.1f} s per measurement (naive at the larger "
+        f"sizes: a single timed call)"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Functional micro-benchmark\n\n{meta}\n\nCommand: `python benchmarks/"
-             f"functional_ops.py{' --quick' if args.quick else ''}`\n\n{header}"]
-    lines += [f"| {r['op']} | {r['B']} | {r['T']} | {r['ours_ms']:.3f} | {r['naive_ms']:.1f} | "
-              f"{r['ratio']:.1f}x | {r['peak_mib_ours']:.1f} | {r['peak_mib_naive']:.1f} |"
-              for r in rows]
+    lines = [
+        f"# Functional micro-benchmark\n\n{meta}\n\nCommand: `python benchmarks/"
+        f"functional_ops.py{' --quick' if args.quick else ''}`\n\n{header}"
+    ]
+    lines += [
+        f"| {r['op']} | {r['B']} | {r['T']} | {r['ours_ms']:.3f} | {r['naive_ms']:.1f} | "
+        f"{r['ratio']:.1f}x | {r['peak_mib_ours']:.1f} | {r['peak_mib_naive']:.1f} |"
+        for r in rows
+    ]
     args.out.write_text("\n".join(lines) + "\n")
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\n{meta}\nwrote {args.out}")
