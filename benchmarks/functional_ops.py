@@ -171,6 +171,16 @@ def ops(x: dict, gamma: float = 0.99, c: float = 10.0) -> dict[str, tuple[Callab
         return run
 
     shifted = x["reward"] + gamma * x["support"]  # [B, T, N] atoms of a one-step target
+    dist_args = (
+        x["reward"],
+        x["chosen_atom_probs"],
+        x["next_expected_atom_probs"],
+        x["trace"],
+        x["done"],
+        x["terminated"],
+        gamma,
+        x["support"],
+    )
     return {
         "retrace_targets": (
             lambda: F.retrace_targets(
@@ -205,32 +215,21 @@ def ops(x: dict, gamma: float = 0.99, c: float = 10.0) -> dict[str, tuple[Callab
             ),
         ),
         "distributional_retrace_targets": (
-            lambda: F.distributional_retrace_targets(
-                x["reward"],
-                x["chosen_atom_probs"],
-                x["next_expected_atom_probs"],
-                x["trace"],
-                x["done"],
-                x["terminated"],
-                gamma,
-                x["support"],
-            ),
-            lambda: naive.distributional_retrace_targets(
-                x["reward"],
-                x["chosen_atom_probs"],
-                x["next_expected_atom_probs"],
-                x["trace"],
-                x["done"],
-                x["terminated"],
-                gamma,
-                x["support"],
-            ),
+            lambda: F.distributional_retrace_targets(*dist_args),
+            lambda: naive.distributional_retrace_targets(*dist_args),
         ),
         "beta_loo_policy_loss (fwd+bwd)": (
             loo(F.beta_loo_policy_loss),
             loo(naive.beta_loo_policy_loss),
         ),
     }
+
+
+def format_row(r: dict) -> str:
+    return (
+        f"| {r['op']} | {r['B']} | {r['T']} | {r['ours_ms']:.3f} | {r['naive_ms']:.1f} | "
+        f"{r['ratio']:.1f}x | {r['peak_mib_ours']:.1f} | {r['peak_mib_naive']:.1f} |"
+    )
 
 
 def main() -> None:
@@ -264,12 +263,7 @@ def main() -> None:
                 peak_mib_naive=peak_memory(base) / 2**20,
             )
             rows.append(row)
-            print(
-                f"| {name} | {batch} | {steps} | {row['ours_ms']:.3f} | {row['naive_ms']:.1f} | "
-                f"{row['ratio']:.1f}x | {row['peak_mib_ours']:.1f} | "
-                f"{row['peak_mib_naive']:.1f} |",
-                flush=True,
-            )
+            print(format_row(row), flush=True)
     meta = (
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{platform.processor() or platform.machine()}, A = {actions}, N = {atoms}, float32; "
@@ -281,11 +275,7 @@ def main() -> None:
         f"# Functional micro-benchmark\n\n{meta}\n\nCommand: `python benchmarks/"
         f"functional_ops.py{' --quick' if args.quick else ''}`\n\n{header}"
     ]
-    lines += [
-        f"| {r['op']} | {r['B']} | {r['T']} | {r['ours_ms']:.3f} | {r['naive_ms']:.1f} | "
-        f"{r['ratio']:.1f}x | {r['peak_mib_ours']:.1f} | {r['peak_mib_naive']:.1f} |"
-        for r in rows
-    ]
+    lines += [format_row(r) for r in rows]
     args.out.write_text("\n".join(lines) + "\n")
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\n{meta}\nwrote {args.out}")
