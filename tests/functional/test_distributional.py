@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ac_extensions.functional import (
     categorical_projection,
@@ -335,3 +337,25 @@ class TestDistributionalRetraceBadInput:
         inputs["trace"] = -inputs["trace"]
         with pytest.raises(ValueError, match="trace"):
             distributional_retrace_targets(**inputs, gamma=0.9, support=w["support"])
+
+
+class TestCategoricalProjectionProperty:
+    @settings(max_examples=60, deadline=None)
+    @given(
+        gaps=st.lists(st.floats(0.05, 3.0), min_size=1, max_size=8),
+        start=st.floats(-5.0, 5.0),
+        atoms=st.lists(st.floats(-20.0, 20.0), min_size=1, max_size=12),
+        seed=st.integers(0, 2**16),
+    )
+    def test_mass_and_in_range_mean_are_preserved(self, gaps, start, atoms, seed):
+        support = start + torch.tensor([0.0, *gaps], dtype=torch.float64).cumsum(0)
+        positions = torch.tensor(atoms, dtype=torch.float64)
+        gen = torch.Generator().manual_seed(seed)
+        weights = torch.randn(len(atoms), generator=gen, dtype=torch.float64)
+        out = categorical_projection(positions, weights, support)
+        torch.testing.assert_close(out.sum(), weights.sum())
+        clipped = positions.clamp(support[0], support[-1])
+        torch.testing.assert_close((out * support).sum(), (weights * clipped).sum())
+        torch.testing.assert_close(
+            out, reference.categorical_projection(positions, weights, support)
+        )
