@@ -1,1 +1,9 @@
 """TorchRL ``LossModule`` subclasses over :mod:`ac_extensions.functional`."""
+
+from __future__ import annotations
+
+from ac_extensions.objectives.a2c import SequenceA2CLoss
+from ac_extensions.objectives.addons import KLPenalty, PolicyLossAddon
+from ac_extensions.objectives.ppo import SequencePPOLoss
+
+__all__ = ["KLPenalty", "PolicyLossAddon", "SequenceA2CLoss", "SequencePPOLoss"]

@@ -1,0 +1,193 @@
+"""What TorchRL's on-policy losses lack for ``[B, T]`` batches, as a mixin.
+
+TorchRL's ``A2CLoss`` / ``ClipPPOLoss`` compute the right losses on any batch shape and mask
+padded steps in their ``loss_*`` terms, but (torchrl 0.14, research/torchrl.md §1.4):
+diagnostics come out as per-time-step vectors on ``[B, T]`` input (``ESS``,
+``explained_variance``) or ignore the padding mask (``entropy``, ``clip_fraction``,
+``kl_approx``); advantage standardisation ignores ``("collector", "mask")``; a missing
+``advantage`` silently builds a default GAE (pytorch/rl#2462); a log-prob with a trailing
+singleton dim broadcasts ``[B, T] × [B, T, 1]`` into ``[B, T, T]`` without complaint; and
+bad input (missing keys, NaN rewards, a recurrent policy without its primer) fails late with
+unhelpful messages. This mixin fixes exactly those and leaves the loss math to TorchRL.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase, is_tensor_collection
+from torch import Tensor, nn
+from torchrl.modules import GRUModule, LSTMModule
+
+
+def _recurrent_in_keys(*networks: nn.Module | None) -> list:
+    keys: list = []
+    for network in networks:
+        if network is None:
+            continue
+        for module in network.modules():
+            if isinstance(module, (LSTMModule, GRUModule)):
+                keys.extend(k for k in module.in_keys[1:] if k not in keys)
+    return keys
+
+
+class SequenceLossMixin:
+    """Validation, masked scalar diagnostics and add-ons for TorchRL on-policy losses.
+
+    Subclasses call :meth:`_init_sequence` in ``__init__`` and wrap TorchRL's ``forward`` as
+    ``self._finish(td, super().forward(self._validate(td)))``; hooks defined by the subclass
+    store per-step tensors in ``self._capture`` while TorchRL's forward runs.
+    """
+
+    _capture: dict
+    _needs_behavior_log_prob: bool = True
+
+    def _init_sequence(self, addons) -> None:
+        addons = list(addons or ())
+        for addon in addons:
+            if not callable(addon):
+                raise TypeError(
+                    f"add-ons must be callables (tensordict, dist) -> dict, got {addon!r}"
+                )
+        # Modules are registered (they move with .to() and appear in state_dict).
+        self.addons = nn.ModuleList([a for a in addons if isinstance(a, nn.Module)])
+        self._callable_addons = [a for a in addons if not isinstance(a, nn.Module)]
+        self._recurrent_keys = _recurrent_in_keys(self.actor_network, self.critic_network)
+        self._capture = {}
+
+    # ------------------------------------------------------------------ validation
+    def _require(self, tensordict: TensorDictBase, key, why: str) -> Tensor:
+        value = tensordict.get(key, None)
+        if value is None:
+            present = sorted(str(k) for k in tensordict.keys(True, True))
+            raise KeyError(
+                f"{type(self).__name__}: the input TensorDict (batch_size "
+                f"{list(tensordict.batch_size)}) has no key {key!r} ({why}). Keys present: "
+                f"{present}"
+            )
+        return value
+
+    def _validate(self, tensordict: TensorDictBase) -> TensorDictBase:
+        name = type(self).__name__
+        batch = tensordict.batch_size
+        if len(batch) == 0:
+            raise ValueError(f"{name}: the input TensorDict needs a batch dim ([N] or [B, T])")
+        keys = self.tensor_keys
+        for key in self.actor_network.in_keys:
+            if key not in self._recurrent_keys:
+                self._require(tensordict, key, "an input of the actor")
+        for key in self._recurrent_keys:
+            if tensordict.get(key, None) is None:
+                raise KeyError(
+                    f"{name}: the policy is recurrent but the input has no {key!r}: the "
+                    f"environment lacks the recurrent primer / InitTracker, so the hidden "
+                    f"state was never stored at collection. Build the env with "
+                    f"ac_extensions.modules.recurrent_env_transforms(policy) (batch_size "
+                    f"{list(batch)})"
+                )
+        self._require(tensordict, keys.action, "the action taken at collection")
+        log_prob = tensordict.get(keys.sample_log_prob, None)
+        if log_prob is None and self._needs_behavior_log_prob:
+            self._require(
+                tensordict,
+                keys.sample_log_prob,
+                "log µ(a|x) stored at collection: build the actor with return_log_prob=True",
+            )
+        if isinstance(log_prob, Tensor) and log_prob.shape != batch:
+            raise ValueError(
+                f"{name}: {keys.sample_log_prob!r} must have the batch shape {list(batch)} "
+                f"(TorchRL stores log-probs without a trailing dim), got "
+                f"{list(log_prob.shape)}; a mismatch would broadcast silently"
+            )
+        self._validate_values(tensordict)
+        self._capture = {}
+        return tensordict
+
+    def _validate_values(self, tensordict: TensorDictBase) -> None:
+        name, batch, keys = type(self).__name__, tensordict.batch_size, self.tensor_keys
+        advantage = tensordict.get(keys.advantage, None)
+        if advantage is None and getattr(self, "_value_estimator", None) is None:
+            raise KeyError(
+                f"{name}: no {keys.advantage!r} in the input and no value estimator was set: "
+                f"compute advantages first (TorchRL's GAE, once per batch with the pre-update "
+                f"critic) or call loss.make_value_estimator(...) explicitly"
+            )
+        for key in (keys.advantage, keys.value_target, ("next", keys.reward)):
+            value = tensordict.get(key, None)
+            if value is None or not isinstance(value, Tensor):
+                continue
+            expected = (*batch, 1)
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"{name}: {key!r} must have shape {list(expected)}, got {list(value.shape)}"
+                )
+            bad = ~torch.isfinite(value)
+            if bool(bad.any()):
+                raise ValueError(
+                    f"{name}: {key!r} (shape {list(value.shape)}) has {int(bad.sum())} "
+                    f"non-finite entries"
+                )
+
+    # ------------------------------------------------------------------ diagnostics
+    def _valid_mask(self, tensordict: TensorDictBase) -> Tensor | None:
+        """The conjunction of the loss-mask entries present in the input, shape [*batch]."""
+        mask = None
+        for key in self._loss_mask_keys():
+            value = tensordict.get(key, None)
+            if value is None:
+                continue
+            value = value.reshape(tensordict.batch_size)
+            mask = value if mask is None else mask & value
+        return mask
+
+    @staticmethod
+    def _flat_valid(x: Tensor, batch: torch.Size, mask: Tensor | None) -> Tensor:
+        x = x.detach().reshape(batch)
+        return x[mask] if mask is not None else x.reshape(-1)
+
+    def _standardize_advantage(self, advantage: Tensor, tensordict: TensorDictBase) -> Tensor:
+        """Standardise with statistics over the valid (unpadded) steps only."""
+        mask = self._valid_mask(tensordict)
+        if mask is None:
+            return super()._standardize_advantage(advantage, tensordict)
+        valid = advantage[mask.reshape(advantage.shape[:-1])]
+        loc = valid.mean()
+        scale = valid.std(correction=0).clamp_min(1e-4)
+        return (advantage - loc) / scale
+
+    def _finish(self, tensordict: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
+        batch = tensordict.batch_size
+        mask = self._valid_mask(tensordict)
+        cap, self._capture = self._capture, {}
+        if "entropy" in cap and not is_tensor_collection(cap["entropy"]) and "entropy" in out:
+            out.set("entropy", self._flat_valid(cap["entropy"], batch, mask).mean())
+        if "kl_approx" in cap:
+            out.set("kl_approx", self._flat_valid(cap["kl_approx"], batch, mask).mean())
+        if "log_weight" in cap:  # PPO: the ratio the clip acts on, π_θ / π_prox
+            log_weight = self._flat_valid(cap["log_weight"], batch, mask)
+            low, high = (float(b) for b in self._clip_bounds)
+            outside = (log_weight < low) | (log_weight > high)
+            out.set("clip_fraction", outside.to(log_weight.dtype).mean())
+        if "log_behavior_weight" in cap:  # the ratio to the behavior policy, π_θ / µ
+            log_ratio = self._flat_valid(cap["log_behavior_weight"], batch, mask)
+            n = log_ratio.numel()
+            ess = (2 * log_ratio.logsumexp(0) - (2 * log_ratio).logsumexp(0)).exp()
+            out.set("ESS", ess / n)
+            ratio = log_ratio.exp()
+            out.set("mean_ratio", ratio.mean())
+            out.set("max_ratio", ratio.max())
+        if "value_target" in cap and "state_value" in cap:
+            target = self._flat_valid(cap["value_target"], batch, mask)
+            pred = self._flat_valid(cap["state_value"], batch, mask)
+            eps = torch.finfo(target.dtype).eps
+            explained = 1.0 - (target - pred).var(correction=0) / (target.var(correction=0) + eps)
+            out.set("explained_variance", explained)
+        dist = cap.get("dist")
+        for addon in (*self.addons, *self._callable_addons):
+            for key, value in addon(tensordict, dist).items():
+                if value.shape == batch:
+                    value = value.unsqueeze(-1)
+                if key.startswith("loss_"):
+                    out.set(key, self._reduce_loss(value, tensordict).squeeze(-1))
+                else:
+                    out.set(key, self._flat_valid(value, batch, mask).mean())
+        return out

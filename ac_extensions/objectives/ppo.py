@@ -1,0 +1,108 @@
+"""PPO for ``[B, T]`` batches: TorchRL's ``ClipPPOLoss`` plus what it lacks on sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tensordict import TensorDictBase
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
+from torchrl.objectives import ClipPPOLoss
+
+from ac_extensions.objectives._sequence import SequenceLossMixin
+from ac_extensions.objectives.addons import PolicyLossAddon
+
+
+class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
+    """Clipped PPO (Schulman et al., 2017, arXiv:1707.06347, Eq. 7) over ``[N]`` or ``[B, T]``.
+
+    The losses are TorchRL's ``ClipPPOLoss`` unchanged (same constructor, keys and math: on a
+    flat batch the two give identical losses and gradients, see ``tests/objectives``):
+
+        loss_objective = −min(r_t A_t, clip(r_t, 1 − ε, 1 + ε) A_t),  r_t = π_θ(a_t|x_t)/µ(a_t|x_t)
+        loss_critic    = critic_coeff · d(V_θ(x_t), G_t)   (optionally value-clipped)
+        loss_entropy   = −entropy_coeff · H(π_θ(·|x_t))
+
+    What this class adds, for batches straight from ``MultiSyncCollector`` (``[B, T]``) or a
+    slice-sampled replay buffer (padded, with ``("collector", "mask")``):
+
+    * every diagnostic is a detached scalar over the valid (unpadded) steps: ``entropy``,
+      ``clip_fraction``, ``kl_approx`` (mean log µ − log π_θ), ``ESS`` (normalised effective
+      sample size of π_θ/µ), ``mean_ratio``, ``max_ratio``, ``explained_variance``
+      (1 − Var[G − V]/Var[G]);
+    * advantage standardisation uses the valid steps only;
+    * policy-loss add-ons (:mod:`ac_extensions.objectives.addons`) are composed in:
+      their ``loss_*`` terms are reduced with the same mask and returned beside the others;
+    * bad input fails early with the key, expected and actual shapes: a missing key, a
+      log-prob with a trailing dim, non-finite rewards / advantages, a recurrent policy whose
+      hidden state was never stored (no primer), and a missing ``advantage`` (TorchRL would
+      silently build a default GAE; here you compute advantages once per batch, or call
+      ``make_value_estimator`` explicitly).
+
+    Args:
+        actor_network: a TorchRL probabilistic actor (feed-forward or with ``LSTMModule`` /
+            ``GRUModule``; the loss runs it in recurrent mode over whole sequences).
+        critic_network: a value operator writing ``state_value``.
+        addons: policy-loss add-ons, each ``(tensordict, dist) -> {name: per-step tensor}``.
+        **kwargs: passed to ``ClipPPOLoss`` (``clip_epsilon``, ``entropy_coeff``,
+            ``critic_coeff``, ``loss_critic_type``, ``normalize_advantage``, ``clip_value``...).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator
+        >>> from torch.distributions import Categorical
+        >>> actor = ProbabilisticActor(TensorDictModule(torch.nn.Linear(4, 2), ["observation"],
+        ...     ["logits"]), in_keys=["logits"], distribution_class=Categorical,
+        ...     return_log_prob=True)
+        >>> critic = ValueOperator(torch.nn.Linear(4, 1), in_keys=["observation"])
+        >>> loss = SequencePPOLoss(actor, critic)
+        >>> td = TensorDict({"observation": torch.randn(3, 5, 4),
+        ...     "action": torch.randint(2, (3, 5)), "action_log_prob": torch.full((3, 5), -0.7),
+        ...     "advantage": torch.randn(3, 5, 1), "value_target": torch.randn(3, 5, 1)}, [3, 5])
+        >>> out = loss(td)
+        >>> sorted(k for k in out.keys() if k.startswith("loss_"))
+        ['loss_critic', 'loss_entropy', 'loss_objective']
+        >>> out["explained_variance"].shape, out["ESS"].shape
+        (torch.Size([]), torch.Size([]))
+    """
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential,
+        critic_network: TensorDictModule | None = None,
+        *,
+        addons: Sequence[PolicyLossAddon] = (),
+        **kwargs,
+    ) -> None:
+        super().__init__(actor_network, critic_network, **kwargs)
+        self._init_sequence(addons)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Compute TorchRL's clipped PPO losses and this class's scalar diagnostics."""
+        return self._finish(tensordict, super().forward(self._validate(tensordict)))
+
+    # Hooks into ClipPPOLoss.forward: record per-step tensors for the diagnostics.
+    def _log_weight(self, tensordict, adv_shape):
+        log_weight, dist, kl_approx, log_is_weight = super()._log_weight(tensordict, adv_shape)
+        behavior = log_weight if log_is_weight is None else log_weight + log_is_weight
+        self._capture.update(
+            log_weight=log_weight.detach(),
+            log_behavior_weight=behavior.detach(),
+            kl_approx=kl_approx.detach(),
+            dist=dist,
+        )
+        return log_weight, dist, kl_approx, log_is_weight
+
+    def _get_entropy(self, dist, adv_shape):
+        entropy = super()._get_entropy(dist, adv_shape)
+        self._capture["entropy"] = entropy
+        return entropy
+
+    def _critic_loss_inputs(self, target_return, state_value, old_state_value):
+        out = super()._critic_loss_inputs(target_return, state_value, old_state_value)
+        self._capture.update(value_target=out[0].detach(), state_value=out[1].detach())
+        return out
+
+
+__all__ = ["SequencePPOLoss"]
