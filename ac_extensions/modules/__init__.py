@@ -1,1 +1,7 @@
 """Networks and TensorDict wrappers (torch, tensordict.nn, torchrl.modules). No loss math."""
+
+from __future__ import annotations
+
+from ac_extensions.modules.actor_critic import make_actor_critic, recurrent_env_transforms
+
+__all__ = ["make_actor_critic", "recurrent_env_transforms"]

@@ -145,14 +145,18 @@ class SequenceLossMixin:
         return x[mask] if mask is not None else x.reshape(-1)
 
     def _standardize_advantage(self, advantage: Tensor, tensordict: TensorDictBase) -> Tensor:
-        """Standardise with statistics over the valid (unpadded) steps only."""
+        """Standardise with statistics over the valid (unpadded) steps only.
+
+        Uses the same statistics as TorchRL's unmasked path (mean, unbiased std, clamped at
+        float32 resolution), so a padded batch and its valid steps alone give the same result
+        (TorchRL's own masked path, for ``shifted_valid``, uses the biased std instead).
+        """
         mask = self._valid_mask(tensordict)
         if mask is None:
             return super()._standardize_advantage(advantage, tensordict)
         valid = advantage[mask.reshape(advantage.shape[:-1])]
-        loc = valid.mean()
-        scale = valid.std(correction=0).clamp_min(1e-4)
-        return (advantage - loc) / scale
+        scale = valid.std().clamp_min(torch.finfo(torch.float).resolution)
+        return (advantage - valid.mean()) / scale
 
     def _finish(self, tensordict: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
         batch = tensordict.batch_size

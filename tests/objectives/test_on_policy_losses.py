@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.collectors import Collector
+from torchrl.envs import GymEnv, TransformedEnv
+from torchrl.modules import set_recurrent_mode
+from torchrl.objectives import A2CLoss, ClipPPOLoss
+
+from ac_extensions.modules import make_actor_critic, recurrent_env_transforms
+from ac_extensions.objectives import KLPenalty, SequenceA2CLoss, SequencePPOLoss
+
+OBS, ACT = 4, 3
+
+
+def batch(shape, seed=0, networks=None):
+    """A synthetic on-policy batch: log-probs from the actor that 'collected' it."""
+    gen = torch.Generator().manual_seed(seed)
+    actor, _ = networks
+    obs = torch.randn(*shape, OBS, generator=gen)
+    td = TensorDict({"observation": obs}, batch_size=shape)
+    with torch.no_grad():
+        dist = actor.get_dist(td.clone())
+        action = dist.sample()
+        log_prob = dist.log_prob(action) + 0.1 * torch.randn(shape, generator=gen)
+    td.update(
+        {
+            "action": action,
+            "action_log_prob": log_prob,
+            "advantage": torch.randn(*shape, 1, generator=gen),
+            "value_target": torch.randn(*shape, 1, generator=gen),
+            "state_value": torch.randn(*shape, 1, generator=gen),
+            ("next", "reward"): torch.randn(*shape, 1, generator=gen),
+        }
+    )
+    return td
+
+
+@pytest.fixture
+def networks():
+    torch.manual_seed(0)
+    return make_actor_critic(OBS, ACT, hidden_sizes=(16,))
+
+
+PPO_KW = dict(clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5, loss_critic_type="l2")
+
+
+def grads(loss_module, td):
+    out = loss_module(td)
+    total = sum(v for k, v in out.items() if k.startswith("loss_"))
+    params = [p for p in loss_module.parameters() if p.requires_grad]
+    return out, torch.autograd.grad(total, params, allow_unused=True)
+
+
+class TestAgainstTorchRL:
+    @pytest.mark.parametrize("normalize", [False, True])
+    def test_ppo_equals_clip_ppo_on_a_flat_batch(self, networks, normalize):
+        actor, critic = networks
+        td = batch((64,), networks=networks)
+        ours = SequencePPOLoss(actor, critic, normalize_advantage=normalize, **PPO_KW)
+        theirs = ClipPPOLoss(
+            copy.deepcopy(actor), copy.deepcopy(critic), normalize_advantage=normalize, **PPO_KW
+        )
+        out_a, g_a = grads(ours, td.clone())
+        out_b, g_b = grads(theirs, td.clone())
+        for key in (
+            "loss_objective",
+            "loss_critic",
+            "loss_entropy",
+            "entropy",
+            "kl_approx",
+            "clip_fraction",
+        ):
+            torch.testing.assert_close(out_a[key], out_b[key], msg=key)
+        torch.testing.assert_close(
+            out_a["explained_variance"], out_b["explained_variance"].reshape(())
+        )
+        torch.testing.assert_close(out_a["ESS"], out_b["ESS"].reshape(()))
+        assert len(g_a) == len(g_b)
+        for a, b in zip(g_a, g_b, strict=True):
+            torch.testing.assert_close(a, b)
+
+    def test_a2c_equals_a2c_loss_on_a_flat_batch(self, networks):
+        actor, critic = networks
+        td = batch((64,), networks=networks)
+        kw = dict(entropy_coeff=0.01, critic_coeff=0.5, loss_critic_type="l2")
+        out_a, g_a = grads(SequenceA2CLoss(actor, critic, **kw), td.clone())
+        out_b, g_b = grads(A2CLoss(copy.deepcopy(actor), copy.deepcopy(critic), **kw), td.clone())
+        for key in ("loss_objective", "loss_critic", "loss_entropy", "entropy"):
+            torch.testing.assert_close(out_a[key], out_b[key], msg=key)
+        for a, b in zip(g_a, g_b, strict=True):
+            torch.testing.assert_close(a, b)
+
+
+class TestSequenceBatches:
+    @pytest.mark.parametrize("cls", [SequencePPOLoss, SequenceA2CLoss])
+    def test_every_output_is_a_scalar_on_b_t(self, networks, cls):
+        out = cls(*networks)(batch((4, 10), networks=networks))
+        for key, value in out.items():
+            assert value.shape == torch.Size([]), (key, value.shape)
+            if not key.startswith("loss_"):
+                assert not value.requires_grad, key
+
+    @pytest.mark.parametrize("cls", [SequencePPOLoss, SequenceA2CLoss])
+    def test_padding_mask_excludes_padded_steps(self, networks, cls):
+        # A padded [4, 10] batch must give exactly the losses and diagnostics of its valid
+        # steps alone; padded steps hold garbage (huge advantages, other actions).
+        td = batch((4, 10), networks=networks, seed=1)
+        mask = torch.ones(4, 10, dtype=torch.bool)
+        mask[0, 6:] = False
+        mask[2, 3:] = False
+        valid = td[mask].clone()
+        td["advantage"][~mask] = 1e6
+        td["value_target"][~mask] = -1e6
+        td[("collector", "mask")] = mask
+        kw = dict(normalize_advantage=True) if cls is SequencePPOLoss else {}
+        loss = cls(*networks, **kw)
+        padded, flat = loss(td), loss(valid)
+        for key in flat.keys():
+            torch.testing.assert_close(padded[key], flat[key], msg=key)
+
+    def test_kl_penalty_addon(self, networks):
+        actor, critic = networks
+        td = batch((4, 6), networks=networks)
+        same = SequencePPOLoss(actor, critic, addons=[KLPenalty(actor, coeff=2.0)])(td)
+        assert same["kl_reference"].abs().item() < 1e-6
+        other, _ = make_actor_critic(OBS, ACT, hidden_sizes=(16,))
+        loss = SequencePPOLoss(actor, critic, addons=[KLPenalty(other, coeff=2.0)])
+        out = loss(td)
+        with torch.no_grad():
+            expected = torch.distributions.kl_divergence(
+                actor.get_dist(td.clone()), other.get_dist(td.clone())
+            ).mean()
+        torch.testing.assert_close(out["kl_reference"], expected)
+        torch.testing.assert_close(out["loss_kl_reference"], 2.0 * expected)
+        out["loss_kl_reference"].backward()
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
+        assert all(p.grad is None for p in loss.addons[0].parameters())
+
+    def test_callable_addon(self, networks):
+        def entropy_floor(td, dist):
+            return {"loss_entropy_floor": (0.5 - dist.entropy()).clamp(min=0)}
+
+        out = SequenceA2CLoss(*networks, addons=[entropy_floor])(batch((3, 5), networks=networks))
+        assert out["loss_entropy_floor"].shape == torch.Size([])
+
+
+class TestBadInput:
+    def test_missing_behavior_log_prob(self, networks):
+        td = batch((4, 5), networks=networks).exclude("action_log_prob")
+        with pytest.raises(KeyError, match=r"action_log_prob.*return_log_prob=True"):
+            SequencePPOLoss(*networks)(td)
+
+    def test_missing_observation(self, networks):
+        td = batch((4, 5), networks=networks).exclude("observation")
+        with pytest.raises(KeyError, match=r"batch_size \[4, 5\]\) has no key .*observation"):
+            SequencePPOLoss(*networks)(td)
+
+    def test_log_prob_with_trailing_dim(self, networks):
+        td = batch((4, 5), networks=networks)
+        td["action_log_prob"] = td["action_log_prob"].unsqueeze(-1)
+        with pytest.raises(ValueError, match=r"action_log_prob.*\[4, 5\].*\[4, 5, 1\]"):
+            SequencePPOLoss(*networks)(td)
+
+    def test_non_finite_reward(self, networks):
+        td = batch((4, 5), networks=networks)
+        td["next", "reward"][1, 2] = float("nan")
+        with pytest.raises(ValueError, match=r"reward.*\[4, 5, 1\].*1 non-finite"):
+            SequenceA2CLoss(*networks)(td)
+
+    def test_missing_advantage_is_not_silently_estimated(self, networks):
+        td = batch((4, 5), networks=networks).exclude("advantage")
+        with pytest.raises(KeyError, match=r"advantage.*make_value_estimator"):
+            SequencePPOLoss(*networks)(td)
+
+    def test_recurrent_policy_without_primer(self):
+        actor, critic = make_actor_critic(OBS, ACT, recurrent="lstm", recurrent_size=8)
+        td = TensorDict(
+            {
+                "observation": torch.randn(2, 5, OBS),
+                "action": torch.zeros(2, 5).long(),
+                "action_log_prob": torch.zeros(2, 5),
+                "advantage": torch.zeros(2, 5, 1),
+                "value_target": torch.zeros(2, 5, 1),
+            },
+            [2, 5],
+        )
+        with pytest.raises(KeyError, match=r"recurrent.*primer"):
+            SequencePPOLoss(actor, critic)(td)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_recurrent_replay_reproduces_collection_log_probs(cell):
+    # Collect 60 steps (several CartPole episodes, so is_init is set inside the sequence) with
+    # a recurrent policy, then replay the whole sequence through the loss's actor in recurrent
+    # mode: the log-probabilities must be those computed step by step at collection.
+    torch.manual_seed(0)
+    actor, critic = make_actor_critic(4, 2, recurrent=cell, recurrent_size=16)
+    env = TransformedEnv(GymEnv("CartPole-v1"))
+    env.append_transform(recurrent_env_transforms(actor))
+    env.set_seed(0)
+    collector = Collector(env, actor, frames_per_batch=60, total_frames=60)
+    try:
+        data = next(iter(collector))
+    finally:
+        collector.shutdown()
+    assert bool(data["is_init"][1:].any()), "want an episode start inside the sequence"
+    sequence = data.unsqueeze(0)  # [1, T]
+    loss = SequencePPOLoss(actor, critic)
+    with set_recurrent_mode(True), torch.no_grad():
+        dist = loss.actor_network.get_dist(sequence.select(*actor.in_keys).clone())
+        replayed = dist.log_prob(sequence["action"])
+    torch.testing.assert_close(replayed, sequence["action_log_prob"], rtol=0, atol=1e-6)
