@@ -8,26 +8,13 @@ nothing in the package imports recipes.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ac_extensions"
-STDLIB_OK = {
-    "__future__",
-    "math",
-    "dataclasses",
-    "typing",
-    "collections",
-    "functools",
-    "itertools",
-    "warnings",
-    "abc",
-    "enum",
-    "numbers",
-    "contextlib",
-    "weakref",
-}
+STDLIB_OK = set(sys.stdlib_module_names)
 
 ALLOWED = {
     "functional": {"torch", "ac_extensions.functional"},
