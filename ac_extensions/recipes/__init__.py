@@ -1,1 +1,9 @@
-"""Whole training loops, one file per algorithm, readable top to bottom."""
+"""Whole training loops, readable top to bottom (see :mod:`ac_extensions.recipes.on_policy`)."""
+
+from __future__ import annotations
+
+from ac_extensions.recipes.a2c import A2CConfig
+from ac_extensions.recipes.on_policy import OnPolicyConfig
+from ac_extensions.recipes.ppo import PPOConfig
+
+__all__ = ["A2CConfig", "OnPolicyConfig", "PPOConfig"]

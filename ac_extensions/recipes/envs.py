@@ -1,0 +1,112 @@
+"""Environments for the recipes: batched TorchRL envs over gymnasium, plus two test envs.
+
+Registered gymnasium ids (registered on import, so worker processes see them too):
+
+* ``MaskedCartPole-v1``: CartPole-v1 with the velocities hidden (observation = cart position
+  and pole angle only), so a policy needs memory to balance the pole.
+* ``DictCartPole-v1``: CartPole-v1 with a ``Dict`` observation
+  ``{"position": (x, θ), "velocity": (ẋ, θ̇)}``, to exercise dict observations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from torchrl.envs import CatTensors, EnvBase, GymWrapper, RewardSum, Transform, TransformedEnv
+
+POSITION = [0, 2]  # cart position x, pole angle θ
+VELOCITY = [1, 3]  # cart velocity ẋ, pole angular velocity θ̇
+
+
+class _KeepIndices(gym.ObservationWrapper):
+    def __init__(self, env: gym.Env, indices: Sequence[int]) -> None:
+        super().__init__(env)
+        self.indices = list(indices)
+        box = env.observation_space
+        self.observation_space = gym.spaces.Box(
+            box.low[self.indices], box.high[self.indices], dtype=box.dtype
+        )
+
+    def observation(self, observation):
+        return observation[self.indices]
+
+
+class _SplitPositionVelocity(gym.ObservationWrapper):
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        box = env.observation_space
+        self.observation_space = gym.spaces.Dict(
+            {
+                "position": gym.spaces.Box(box.low[POSITION], box.high[POSITION], dtype=box.dtype),
+                "velocity": gym.spaces.Box(box.low[VELOCITY], box.high[VELOCITY], dtype=box.dtype),
+            }
+        )
+
+    def observation(self, observation):
+        return {"position": observation[POSITION], "velocity": observation[VELOCITY]}
+
+
+def masked_cartpole(**kwargs) -> gym.Env:
+    """CartPole-v1 observing only (x, θ): velocities must be inferred from memory."""
+    return _KeepIndices(gym.make("CartPole-v1", **kwargs), POSITION)
+
+
+def dict_cartpole(**kwargs) -> gym.Env:
+    """CartPole-v1 with a Dict observation {"position", "velocity"}."""
+    return _SplitPositionVelocity(gym.make("CartPole-v1", **kwargs))
+
+
+for _id, _entry in (("MaskedCartPole-v1", masked_cartpole), ("DictCartPole-v1", dict_cartpole)):
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point=_entry, max_episode_steps=500, reward_threshold=475.0)
+
+
+def make_batched_env(
+    env_id: str,
+    num_envs: int,
+    *,
+    observation_keys: Sequence[str] = ("observation",),
+    transform_factory: Callable[[], Transform] | None = None,
+    extra_transforms: Sequence[Transform] = (),
+) -> EnvBase:
+    """``num_envs`` copies of a gymnasium env stepped in-process, as one TorchRL env ``[E]``.
+
+    One TorchRL step drives all copies (gymnasium ``SyncVectorEnv`` with same-step autoreset),
+    so TorchRL's per-step overhead is paid once per ``num_envs`` frames. At a done step
+    ``("next", "observation")`` is the final observation of the episode (a truncated step can
+    bootstrap from it) and the next row starts from the reset observation.
+
+    Args:
+        env_id: a gymnasium id with a discrete action space.
+        num_envs: copies stepped together.
+        observation_keys: observation entries; several (a Dict observation) are flattened and
+            concatenated into ``"observation"``.
+        transform_factory: optional callable returning a TorchRL transform for observation
+            preprocessing, appended after the concatenation (must be picklable for workers).
+        extra_transforms: further transforms (e.g. a recurrent policy's primers).
+
+    Returns:
+        A TorchRL env with batch size ``[num_envs]`` and ``("next", "episode_reward")``.
+    """
+    vector = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(env_id)] * num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    env = TransformedEnv(GymWrapper(vector, categorical_action_encoding=True))
+    if tuple(observation_keys) != ("observation",):
+        env.append_transform(
+            CatTensors(list(observation_keys), out_key="observation", del_keys=False)
+        )
+    if transform_factory is not None:
+        env.append_transform(transform_factory())
+    env.append_transform(RewardSum())
+    for transform in extra_transforms:
+        env.append_transform(transform)
+    return env
+
+
+def observation_size(env: EnvBase) -> int:
+    """The flat size of ``"observation"`` in an env built by :func:`make_batched_env`."""
+    return int(np.prod(env.observation_spec["observation"].shape[len(env.batch_size) :]))

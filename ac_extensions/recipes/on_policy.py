@@ -1,0 +1,361 @@
+"""On-policy actor-critic training (A2C and PPO) on TorchRL's multi-process collector.
+
+Reads top to bottom: :class:`OnPolicyConfig` → :func:`train`, a generator yielding one dict of
+scalar metrics per collected batch. :mod:`ac_extensions.recipes.ppo` and
+:mod:`ac_extensions.recipes.a2c` give the algorithm-specific defaults.
+
+One iteration:
+
+1. ``MultiSyncCollector``: W worker processes, each stepping E environments at once for T
+   steps → a batch ``[W·E, T]`` (each row one contiguous stream of one environment).
+2. Optional reward shaping (torch-ac's ``reshape_reward(obs, action, reward, done)``).
+3. Advantages once per batch with the pre-update critic: TorchRL's
+   ``generalized_advantage_estimate`` (GAE, Schulman et al., 2016, arXiv:1506.02438) over the
+   time dim, V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap correctly.
+4. ``epochs`` passes over minibatches (of steps for feed-forward policies, of whole sequences
+   for recurrent ones, which the loss replays from their stored hidden state), gradient
+   clipping, linear learning-rate (and PPO clip) annealing, optional early stop of an epoch
+   on a KL target.
+5. Metrics: ``train/*`` (returns, losses, diagnostics), ``eval/*`` (greedy evaluation
+   episodes, when enabled), ``time/*`` (frames, frames per second, seconds per phase).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.collectors import MultiSyncCollector
+from torchrl.envs import ExplorationType, set_exploration_type
+from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+from ac_extensions.modules import make_actor_critic, recurrent_env_transforms
+from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
+from ac_extensions.recipes.envs import make_batched_env, observation_size
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig:
+    """Hyper-parameters of the on-policy recipe; defaults: PPO on CartPole-v1.
+
+    Defaults follow rl-baselines3-zoo's tuned CartPole-v1 PPO (γ 0.98, λ 0.8, lr 1e-3 linear,
+    clip 0.2 linear, 2×64 tanh MLPs, Adam eps 1e-5, grad-norm 0.5; DLR-RM/rl-baselines3-zoo
+    ``hyperparams/ppo.yml``) except where a comment gives another source.
+    """
+
+    algorithm: Literal["ppo", "a2c"] = "ppo"
+    """Which loss: clipped PPO (``SequencePPOLoss``) or A2C (``SequenceA2CLoss``)."""
+    env_id: str = "CartPole-v1"
+    """Gymnasium id with a discrete action space."""
+    frames: int = 100_000
+    """Total environment frames to collect."""
+    workers: int = 2
+    """Collector worker processes (W); this machine has 2 cores."""
+    envs_per_worker: int = 8
+    """Environments each worker steps at once (E): amortises TorchRL's per-step overhead."""
+    rollout_length: int = 32
+    """Steps per environment per batch (T); a batch is W·E·T frames."""
+    gamma: float = 0.98
+    """Discount γ."""
+    lmbda: float = 0.8
+    """GAE λ."""
+    lr: float = 1e-3
+    """Learning rate (Adam for PPO, RMSprop for A2C)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over ``frames`` (SB3's ``lin_`` schedules)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    epochs: int = 20
+    """Passes over each batch (PPO); A2C uses 1."""
+    minibatch_size: int = 256
+    """Frames per gradient step (rounded to whole sequences for recurrent policies)."""
+    clip_epsilon: float = 0.2
+    """PPO clip ε (Schulman et al., 2017, arXiv:1707.06347, Eq. 7)."""
+    anneal_clip: bool = True
+    """Decay ε linearly to 0 with the learning rate (zoo ``clip_range: lin_0.2``)."""
+    clip_value: float | None = None
+    """PPO value clipping radius (None: no value clipping)."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus coefficient."""
+    critic_coeff: float = 0.5
+    """Critic loss coefficient (SB3 ``vf_coef``)."""
+    normalize_advantage: bool = True
+    """Standardise advantages per minibatch (PPO)."""
+    target_kl: float | None = None
+    """Stop the epochs of a batch early once ``kl_approx`` exceeds 1.5 × this (SB3's rule)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP widths."""
+    recurrent: Literal["lstm", "gru"] | None = None
+    """Shared recurrent memory for actor and critic (``None``: feed-forward)."""
+    recurrent_size: int = 64
+    """Hidden size of the recurrent memory."""
+    observation_keys: tuple[str, ...] = ("observation",)
+    """Observation entries; several (Dict observations) are concatenated."""
+    transform_factory: Callable | None = None
+    """Picklable callable returning a TorchRL transform (observation preprocessing)."""
+    reshape_reward: Callable | None = None
+    """torch-ac's hook ``reshape_reward(obs, action, reward, done) -> reward`` (tensors of the
+    batch); logged returns stay the environment's."""
+    eval_every: int = 0
+    """Evaluate the greedy policy every this many batches (0: never)."""
+    eval_episodes: int = 5
+    """Episodes per evaluation."""
+    return_window: int = 20
+    """Finished episodes averaged in ``train/return_window``."""
+    seed: int = 0
+    """Seed for torch and the environments."""
+    device: str = "cpu"
+    """Learner device (``cpu`` or ``cuda``); workers act on CPU."""
+    torch_threads: int | None = None
+    """Threads for the learner (None: torch's default)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "frames",
+            "workers",
+            "envs_per_worker",
+            "rollout_length",
+            "epochs",
+            "minibatch_size",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.gamma <= 1 or not 0 <= self.lmbda <= 1:
+            raise ValueError(f"gamma and lmbda must lie in [0, 1], got {self.gamma}, {self.lmbda}")
+        if self.algorithm not in ("ppo", "a2c"):
+            raise ValueError(f"algorithm must be 'ppo' or 'a2c', got {self.algorithm!r}")
+
+    @property
+    def frames_per_batch(self) -> int:
+        """W · E · T."""
+        return self.workers * self.envs_per_worker * self.rollout_length
+
+
+def make_env(config: OnPolicyConfig):
+    """The env one worker steps: E copies, plus the recurrent policy's primers if any."""
+    extra = ()
+    if config.recurrent is not None:
+        probe_actor, _ = make_actor_critic(
+            1,
+            2,
+            hidden_sizes=config.hidden_sizes,
+            recurrent=config.recurrent,
+            recurrent_size=config.recurrent_size,
+        )
+        extra = (recurrent_env_transforms(probe_actor),)
+    return make_batched_env(
+        config.env_id,
+        config.envs_per_worker,
+        observation_keys=config.observation_keys,
+        transform_factory=config.transform_factory,
+        extra_transforms=extra,
+    )
+
+
+def build(config: OnPolicyConfig):
+    """Networks, loss and optimiser for ``config`` (env specs from a probe env)."""
+    probe = make_env(config)
+    obs_dim = observation_size(probe)
+    num_actions = int(probe.full_action_spec["action"].space.n)
+    probe.close()
+    actor, critic = make_actor_critic(
+        obs_dim,
+        num_actions,
+        hidden_sizes=config.hidden_sizes,
+        recurrent=config.recurrent,
+        recurrent_size=config.recurrent_size,
+    )
+    actor, critic = actor.to(config.device), critic.to(config.device)
+    common = dict(
+        entropy_coeff=config.entropy_coeff, critic_coeff=config.critic_coeff, loss_critic_type="l2"
+    )
+    if config.algorithm == "ppo":
+        loss = SequencePPOLoss(
+            actor,
+            critic,
+            clip_epsilon=config.clip_epsilon,
+            clip_value=config.clip_value,
+            normalize_advantage=config.normalize_advantage,
+            **common,
+        )
+        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
+    else:
+        loss = SequenceA2CLoss(actor, critic, **common)
+        # A2C's RMSprop settings (Mnih et al., 2016; SB3's A2C defaults).
+        optimizer = torch.optim.RMSprop(loss.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
+    return actor, critic, loss, optimizer
+
+
+@torch.no_grad()
+def compute_advantages(batch: TensorDictBase, critic, config: OnPolicyConfig) -> None:
+    """GAE once per batch with the pre-update critic; writes ``advantage``/``value_target``.
+
+    V(x_t) and V(x_{t+1}) are evaluated step by step from the stored hidden state (exactly the
+    collection-time computation for a recurrent critic), V(x_{t+1}) on ``("next", ...)``.
+    """
+    flat = batch.reshape(-1)
+    value = critic(flat.select(*critic.in_keys, strict=False).clone())["state_value"]
+    next_value = critic(flat["next"].select(*critic.in_keys, strict=False).clone())["state_value"]
+    advantage, value_target = generalized_advantage_estimate(
+        config.gamma,
+        config.lmbda,
+        value.reshape(*batch.shape, 1),
+        next_value.reshape(*batch.shape, 1),
+        batch["next", "reward"],
+        batch["next", "done"],
+        batch["next", "terminated"],
+    )
+    batch.set("advantage", advantage)
+    batch.set("value_target", value_target)
+    batch.set("state_value", value.reshape(*batch.shape, 1))
+
+
+def minibatches(batch: TensorDictBase, config: OnPolicyConfig, generator) -> Iterator:
+    """Shuffled minibatches: of single steps (feed-forward) or of whole rows (recurrent)."""
+    if config.recurrent is None:
+        flat = batch.reshape(-1)
+        order = torch.randperm(flat.shape[0], generator=generator)
+        for start in range(0, flat.shape[0], config.minibatch_size):
+            yield flat[order[start : start + config.minibatch_size]]
+    else:
+        rows = max(1, config.minibatch_size // batch.shape[1])
+        order = torch.randperm(batch.shape[0], generator=generator)
+        for start in range(0, batch.shape[0], rows):
+            yield batch[order[start : start + rows]]
+
+
+def finished_returns(batch: TensorDictBase) -> list[float]:
+    """Returns of the episodes that ended in ``batch``, in time order."""
+    done = batch["next", "done"].squeeze(-1)
+    times = done.nonzero()
+    order = times[:, 1].argsort(stable=True)
+    values = batch["next", "episode_reward"].squeeze(-1)[done]
+    return values[order].tolist()
+
+
+def evaluate(actor, config: OnPolicyConfig, episodes: int) -> list[float]:
+    """Greedy-policy returns of ``episodes`` episodes on a fresh env."""
+    env = make_batched_env(
+        config.env_id,
+        1,
+        observation_keys=config.observation_keys,
+        transform_factory=config.transform_factory,
+        extra_transforms=(recurrent_env_transforms(actor),) if config.recurrent else (),
+    )
+    env.set_seed(config.seed + 10_000)
+    returns: list[float] = []
+    with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+        while len(returns) < episodes:
+            rollout = env.rollout(10_000, actor, break_when_any_done=True)
+            returns.extend(finished_returns(rollout))
+    env.close()
+    return returns[:episodes]
+
+
+def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
+    """Run the recipe; yield one dict of scalar metrics per collected batch."""
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    actor, critic, loss_module, optimizer = build(config)
+    collector = MultiSyncCollector(
+        [partial(make_env, config)] * config.workers,
+        actor,
+        frames_per_batch=config.frames_per_batch,
+        total_frames=config.frames,
+        env_device="cpu",
+        policy_device=config.device,
+        storing_device=config.device,
+    )
+    collector.set_seed(config.seed)
+    num_batches = math.ceil(config.frames / config.frames_per_batch)
+    window: deque[float] = deque(maxlen=config.return_window)
+    frames, start = 0, time.perf_counter()
+    try:
+        collect_start = time.perf_counter()
+        for iteration, batch in enumerate(collector):
+            collect_time = time.perf_counter() - collect_start
+            batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
+            frames += batch.numel()
+            returns = finished_returns(batch)
+            window.extend(returns)
+
+            # Reward shaping (logged returns above are the environment's).
+            if config.reshape_reward is not None:
+                batch["next", "reward"] = config.reshape_reward(
+                    batch["observation"],
+                    batch["action"],
+                    batch["next", "reward"],
+                    batch["next", "done"],
+                )
+
+            update_start = time.perf_counter()
+            compute_advantages(batch, critic, config)
+
+            # Schedules: linear decay over the run (progress measured before this update).
+            remaining = 1.0 - iteration / num_batches
+            lr = config.lr * (remaining if config.anneal_lr else 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            if config.algorithm == "ppo" and config.anneal_clip:
+                loss_module.clip_epsilon.fill_(config.clip_epsilon * remaining)
+
+            epochs = config.epochs if config.algorithm == "ppo" else 1
+            logs: dict[str, list[float]] = {}
+            stopped_early = 0.0
+            for _ in range(epochs):
+                for minibatch in minibatches(batch, config, generator):
+                    out = loss_module(minibatch)
+                    total = sum(v for k, v in out.items() if k.startswith("loss_"))
+                    optimizer.zero_grad(set_to_none=True)
+                    total.backward()
+                    grad_norm = torch.nn.utils.clip_grad_norm_(
+                        loss_module.parameters(), config.max_grad_norm
+                    )
+                    optimizer.step()
+                    for key, value in out.items():
+                        logs.setdefault(key, []).append(float(value.detach()))
+                    logs.setdefault("grad_norm", []).append(float(grad_norm))
+                if config.target_kl is not None and logs["kl_approx"][-1] > 1.5 * config.target_kl:
+                    stopped_early = 1.0
+                    break
+            collector.update_policy_weights_()
+            update_time = time.perf_counter() - update_start
+
+            elapsed = time.perf_counter() - start
+            metrics = {f"train/{k}": sum(v) / len(v) for k, v in logs.items()}
+            metrics.update(
+                {
+                    "train/episodes": float(len(returns)),
+                    "train/episode_return": sum(returns) / len(returns) if returns else math.nan,
+                    "train/return_window": sum(window) / len(window) if window else math.nan,
+                    "train/return_window_size": float(len(window)),
+                    "train/lr": lr,
+                    "train/stopped_early": stopped_early,
+                    "time/frames": float(frames),
+                    "time/seconds": elapsed,
+                    "time/fps": frames / elapsed,
+                    "time/collect": collect_time,
+                    "time/update": update_time,
+                }
+            )
+            if config.eval_every and (iteration + 1) % config.eval_every == 0:
+                evaluation = evaluate(actor, config, config.eval_episodes)
+                metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
+            yield metrics
+            collect_start = time.perf_counter()
+    finally:
+        collector.shutdown()
+        # Drop the collector while the interpreter is fully alive: its weight-sync objects
+        # start a thread in __del__, which hangs if it runs at interpreter exit (torchrl 0.14.1).
+        del collector
+        gc.collect()
