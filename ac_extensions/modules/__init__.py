@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
-from ac_extensions.modules.actor_critic import make_actor_critic, recurrent_env_transforms
+from ac_extensions.modules.actor_critic import (
+    collection_policy,
+    make_actor_critic,
+    recurrent_env_transforms,
+)
 
-__all__ = ["make_actor_critic", "recurrent_env_transforms"]
+__all__ = ["collection_policy", "make_actor_critic", "recurrent_env_transforms"]

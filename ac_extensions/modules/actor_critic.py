@@ -5,11 +5,18 @@ Feed-forward::
     observation ──► MLP ──► logits ──► Categorical ──► action, action_log_prob     (actor)
     observation ──► MLP ──► state_value                                              (critic)
 
-Recurrent (one shared memory, as torch-ac's recurrent models)::
+Recurrent (separate memories for actor and critic, as SB3-contrib's RecurrentPPO: a shared
+memory lets the critic's larger gradients swamp the policy's, which measurably stopped PPO from
+learning CartPole here)::
 
-    observation ──► MLP ──► embed ──► LSTM/GRU ──► memory ──► linear ──► logits ──► action
-                                         ▲  │                └──► linear ──► state_value
-                 stored hidden state ────┘  └──► ("next", hidden state)
+    observation ──► MLP ──► actor_embed ──► LSTM/GRU ──► actor_memory ──► linear ──► logits
+                                               ▲  │
+          ("actor_recurrent_state_*") stored ──┘  └──► ("next", "actor_recurrent_state_*")
+    observation ──► MLP ──► critic_embed ──► LSTM/GRU ──► critic_memory ──► linear ──► state_value
+                                               (its own "critic_recurrent_state_*" keys)
+
+Both memories must run at collection so that both hidden states are stored:
+:func:`collection_policy` chains actor and critic for that.
 
 The recurrent module reads its hidden state from the TensorDict (written at collection by the
 module itself and fed back through a ``TensorDictPrimer``) and resets it where ``is_init`` is
@@ -26,7 +33,8 @@ from typing import Literal
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.envs import Compose, InitTracker
+from torchrl.data import Composite
+from torchrl.envs import Compose, InitTracker, TensorDictPrimer
 from torchrl.modules import MLP, GRUModule, LSTMModule, ProbabilisticActor, ValueOperator
 from torchrl.modules.utils import get_primers_from_module
 
@@ -54,6 +62,50 @@ def _mlp(in_features: int, out_features: int, hidden: Sequence[int], head_gain: 
     return net
 
 
+def _recurrent_branch(
+    name: str,
+    observation_key: str,
+    observation_dim: int,
+    out_features: int,
+    hidden_sizes: Sequence[int],
+    recurrent: str,
+    recurrent_size: int,
+    out_key: str,
+    head_gain: float,
+) -> TensorDictSequential:
+    """Observation → MLP encoder → LSTM/GRU (its own hidden-state keys) → linear head."""
+    encoder = TensorDictModule(
+        _orthogonal_init(
+            MLP(
+                in_features=observation_dim,
+                out_features=hidden_sizes[-1],
+                num_cells=list(hidden_sizes[:-1]),
+                activation_class=nn.Tanh,
+                activate_last_layer=True,
+            ),
+            2**0.5,
+        ),
+        [observation_key],
+        [f"{name}_embed"],
+    )
+    hidden = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"]
+    if recurrent == "gru":
+        hidden = [f"{name}_recurrent_state"]
+    memory_cls = {"lstm": LSTMModule, "gru": GRUModule}[recurrent]
+    memory = memory_cls(
+        input_size=hidden_sizes[-1],
+        hidden_size=recurrent_size,
+        in_keys=[f"{name}_embed", *hidden],
+        out_keys=[f"{name}_memory", *(("next", k) for k in hidden)],
+    )
+    head = TensorDictModule(
+        _orthogonal_init(nn.Linear(recurrent_size, out_features), head_gain),
+        [f"{name}_memory"],
+        [out_key],
+    )
+    return TensorDictSequential(encoder, memory, head)
+
+
 def make_actor_critic(
     observation_dim: int,
     num_actions: int,
@@ -68,9 +120,8 @@ def make_actor_critic(
     Args:
         observation_dim: size of the (flat) observation.
         num_actions: number of discrete actions A.
-        hidden_sizes: MLP widths (separate MLPs for actor and critic when feed-forward; one
-            shared encoder before the memory when recurrent).
-        recurrent: ``"lstm"`` or ``"gru"`` for a shared recurrent memory, ``None`` for an MLP.
+        hidden_sizes: MLP widths (the encoder before the memory when recurrent).
+        recurrent: ``"lstm"`` or ``"gru"`` for recurrent memories, ``None`` for MLPs.
         recurrent_size: hidden size of the memory.
         observation_key: the observation entry to read.
 
@@ -84,35 +135,28 @@ def make_actor_critic(
         actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     else:
-        encoder = TensorDictModule(
-            _orthogonal_init(
-                MLP(
-                    in_features=observation_dim,
-                    out_features=hidden_sizes[-1],
-                    num_cells=list(hidden_sizes[:-1]),
-                    activation_class=nn.Tanh,
-                    activate_last_layer=True,
-                ),
-                2**0.5,
-            ),
-            [observation_key],
-            ["embed"],
+        actor_body = _recurrent_branch(
+            "actor",
+            observation_key,
+            observation_dim,
+            num_actions,
+            hidden_sizes,
+            recurrent,
+            recurrent_size,
+            out_key="logits",
+            head_gain=0.01,
         )
-        memory_cls = {"lstm": LSTMModule, "gru": GRUModule}[recurrent]
-        memory = memory_cls(
-            input_size=hidden_sizes[-1],
-            hidden_size=recurrent_size,
-            in_key="embed",
-            out_key="memory",
+        critic = _recurrent_branch(
+            "critic",
+            observation_key,
+            observation_dim,
+            1,
+            hidden_sizes,
+            recurrent,
+            recurrent_size,
+            out_key="state_value",
+            head_gain=1.0,
         )
-        policy_head = TensorDictModule(
-            _orthogonal_init(nn.Linear(recurrent_size, num_actions), 0.01), ["memory"], ["logits"]
-        )
-        value_head = TensorDictModule(
-            _orthogonal_init(nn.Linear(recurrent_size, 1), 1.0), ["memory"], ["state_value"]
-        )
-        actor_body = TensorDictSequential(encoder, memory, policy_head)
-        critic = TensorDictSequential(encoder, memory, value_head)
     actor = ProbabilisticActor(
         actor_body,
         in_keys=["logits"],
@@ -121,6 +165,26 @@ def make_actor_critic(
         return_log_prob=True,
     )
     return actor, critic
+
+
+def collection_policy(actor: ProbabilisticActor, critic: TensorDictModule) -> nn.Module:
+    """The module to collect with: the actor, followed by the critic if it is recurrent.
+
+    A recurrent critic must see every step at collection for its hidden state to be stored;
+    a feed-forward critic is left out (nothing to store).
+    """
+    if _recurrent_in_keys(critic):
+        return TensorDictSequential(actor, critic)
+    return actor
+
+
+def _recurrent_in_keys(module: nn.Module) -> list:
+    return [
+        key
+        for m in module.modules()
+        if isinstance(m, (LSTMModule, GRUModule))
+        for key in m.in_keys[1:]
+    ]
 
 
 def recurrent_env_transforms(policy: nn.Module) -> Compose:
@@ -141,6 +205,10 @@ def recurrent_env_transforms(policy: nn.Module) -> Compose:
     primers = get_primers_from_module(policy)
     if primers is None:
         raise ValueError("the policy has no LSTMModule / GRUModule: it needs no primer")
-    transforms = [InitTracker()]
-    transforms.extend(primers.transforms if isinstance(primers, Compose) else [primers])
-    return Compose(*transforms)
+    # One primer holding every hidden-state spec: an env keeps only one TensorDictPrimer
+    # when several are appended (observed with torchrl 0.14.1: the critic's was dropped).
+    parts = primers.transforms if isinstance(primers, Compose) else [primers]
+    specs = Composite()
+    for part in parts:
+        specs.update(part.primers)
+    return Compose(InitTracker(), TensorDictPrimer(specs, expand_specs=True))

@@ -37,7 +37,7 @@ from torchrl.collectors import MultiSyncCollector
 from torchrl.envs import ExplorationType, set_exploration_type
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
-from ac_extensions.modules import make_actor_critic, recurrent_env_transforms
+from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
 from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
 from ac_extensions.recipes.envs import make_batched_env, observation_size
 
@@ -143,14 +143,14 @@ def make_env(config: OnPolicyConfig):
     """The env one worker steps: E copies, plus the recurrent policy's primers if any."""
     extra = ()
     if config.recurrent is not None:
-        probe_actor, _ = make_actor_critic(
+        probe = make_actor_critic(
             1,
             2,
             hidden_sizes=config.hidden_sizes,
             recurrent=config.recurrent,
             recurrent_size=config.recurrent_size,
         )
-        extra = (recurrent_env_transforms(probe_actor),)
+        extra = (recurrent_env_transforms(collection_policy(*probe)),)
     return make_batched_env(
         config.env_id,
         config.envs_per_worker,
@@ -269,7 +269,7 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
     actor, critic, loss_module, optimizer = build(config)
     collector = MultiSyncCollector(
         [partial(make_env, config)] * config.workers,
-        actor,
+        collection_policy(actor, critic),
         frames_per_batch=config.frames_per_batch,
         total_frames=config.frames,
         env_device="cpu",
