@@ -186,6 +186,12 @@ class SequenceLossMixin:
             explained = 1.0 - (target - pred).var(correction=0) / (target.var(correction=0) + eps)
             out.set("explained_variance", explained)
         dist = cap.get("dist")
+        if "entropy" not in out.keys() and dist is not None:
+            # TorchRL drops the entropy when entropy_coeff == 0; keep it as a diagnostic.
+            with torch.no_grad():
+                entropy = dist.entropy()
+            if isinstance(entropy, Tensor) and entropy.numel() == batch.numel():
+                out.set("entropy", self._flat_valid(entropy, batch, mask).mean())
         for addon in (*self.addons, *self._callable_addons):
             for key, value in addon(tensordict, dist).items():
                 if value.shape == batch:
