@@ -1,0 +1,34 @@
+"""The examples run as users run them (tiny budgets), so they cannot rot silently."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("script", "frames"),
+    [
+        ("ppo_cartpole.py", 1024),
+        ("a2c_cartpole.py", 256),
+        ("recurrent_ppo_masked_cartpole.py", 1024),
+    ],
+)
+def test_example_runs(script, frames):
+    result = subprocess.run(
+        [sys.executable, script, "--frames", str(frames), "--epochs", "1"],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
+    assert lines and lines[0]["time/frames"] > 0
