@@ -40,6 +40,9 @@ class SequenceLossMixin:
 
     _capture: dict
     _needs_behavior_log_prob: bool = True
+    check_inputs: bool = True
+    """Validate every input in ``forward``. A training loop that validated a whole batch once
+    with :meth:`validate` may turn this off for the minibatches cut from it."""
 
     def _init_sequence(self, addons) -> None:
         addons = list(addons or ())
@@ -66,7 +69,14 @@ class SequenceLossMixin:
             )
         return value
 
-    def _validate(self, tensordict: TensorDictBase) -> TensorDictBase:
+    def validate(self, tensordict: TensorDictBase) -> None:
+        """Check ``tensordict`` (keys, shapes, finite values, recurrent state) or raise."""
+        self._validate(tensordict, force=True)
+
+    def _validate(self, tensordict: TensorDictBase, force: bool = False) -> TensorDictBase:
+        self._capture = {}
+        if not (self.check_inputs or force):
+            return tensordict
         name = type(self).__name__
         batch = tensordict.batch_size
         if len(batch) == 0:
@@ -99,7 +109,6 @@ class SequenceLossMixin:
                 f"{list(log_prob.shape)}; a mismatch would broadcast silently"
             )
         self._validate_values(tensordict)
-        self._capture = {}
         return tensordict
 
     def _validate_values(self, tensordict: TensorDictBase) -> None:

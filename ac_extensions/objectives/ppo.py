@@ -75,6 +75,9 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
         addons: Sequence[PolicyLossAddon] = (),
         **kwargs,
     ) -> None:
+        # The explained variance is computed here as a scalar over valid steps; TorchRL's
+        # per-time-step version would only be overwritten.
+        kwargs.setdefault("log_explained_variance", False)
         super().__init__(actor_network, critic_network, **kwargs)
         self._init_sequence(addons)
 

@@ -300,6 +300,9 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
 
             update_start = time.perf_counter()
             compute_advantages(batch, critic, config)
+            # Validate the whole batch once; its minibatches skip the per-call checks.
+            loss_module.validate(batch)
+            loss_module.check_inputs = False
 
             # Schedules: linear decay over the run (progress measured before this update).
             remaining = 1.0 - iteration / num_batches

@@ -1,0 +1,217 @@
+"""PPO on CartPole-v1: ac_extensions vs Stable-Baselines3, side by side in one run.
+
+For each seed, runs Stable-Baselines3 PPO with its rl-baselines3-zoo tuned CartPole settings
+(8 envs, n_steps 32, batch 256, 20 epochs, γ 0.98, λ 0.8, lr 1e-3 linear, clip 0.2 linear,
+100,096 frames) and our PPO recipe (default ``PPOConfig``, and optionally a throughput-tuned
+variant), each in a fresh subprocess, one after the other. Reports, per run: frames until the
+mean of the last 20 finished episode returns first reaches 475, wall seconds until then
+(counted from before the model / collector is built, so start-up is included on both sides),
+and frames per second over the whole run; then medians and ratios against SB3.
+
+    python benchmarks/ppo_vs_sb3.py --seeds 1 2 3     # needs `pip install stable-baselines3`
+
+Writes ``benchmarks/results/ppo_cartpole.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+THRESHOLD = 475.0
+
+# Variants of our recipe (PPOConfig overrides) benchmarked against SB3.
+OURS = {
+    "ours (zoo settings)": {},
+    "ours (throughput)": dict(
+        envs_per_worker=16, rollout_length=32, epochs=10, minibatch_size=512, lr=2e-3
+    ),
+}
+
+
+def run_sb3(seed: int, frames: int) -> dict:
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(2)
+    start = time.perf_counter()
+
+    class Threshold(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.window = deque(maxlen=20)
+            self.hit = None
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.window.append(info["episode"]["r"])
+                    if (
+                        self.hit is None
+                        and len(self.window) == 20
+                        and sum(self.window) / 20 >= THRESHOLD
+                    ):
+                        self.hit = (self.num_timesteps, time.perf_counter() - start)
+            return True
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+
+    def linear(value):
+        return lambda remaining: remaining * value
+
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    callback = Threshold()
+    model.learn(total_timesteps=frames, callback=callback)
+    wall = time.perf_counter() - start
+    return {
+        "frames_to_475": callback.hit[0] if callback.hit else None,
+        "seconds_to_475": callback.hit[1] if callback.hit else None,
+        "frames": model.num_timesteps,
+        "seconds": wall,
+        "fps": model.num_timesteps / wall,
+    }
+
+
+def run_ours(seed: int, frames: int, overrides: dict) -> dict:
+    from ac_extensions.recipes import PPOConfig
+    from ac_extensions.recipes.ppo import train
+
+    start = time.perf_counter()
+    hit = None
+    last = {}
+    for metrics in train(PPOConfig(frames=frames, seed=seed, **overrides)):
+        last = metrics
+        if (
+            hit is None
+            and metrics["train/return_window_size"] >= 20
+            and metrics["train/return_window"] >= THRESHOLD
+        ):
+            hit = (metrics["time/frames"], time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return {
+        "frames_to_475": hit[0] if hit else None,
+        "seconds_to_475": hit[1] if hit else None,
+        "frames": last["time/frames"],
+        "seconds": wall,
+        "fps": last["time/frames"] / wall,
+    }
+
+
+def child(argv: list[str]) -> None:
+    which, seed, frames = argv[0], int(argv[1]), int(argv[2])
+    result = run_sb3(seed, frames) if which == "sb3" else run_ours(seed, frames, OURS[which])
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--frames", type=int, default=100_096)
+    parser.add_argument("--out", type=Path, default=RESULTS / "ppo_cartpole.md")
+    args = parser.parse_args()
+    runs: dict[str, list[dict]] = {"sb3 (zoo)": [], **{name: [] for name in OURS}}
+    for seed in args.seeds:
+        for name in runs:
+            which = "sb3" if name == "sb3 (zoo)" else name
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", which, str(seed), str(args.frames)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if not line:
+                raise RuntimeError(f"{name} seed {seed} failed:\n{out.stderr[-3000:]}")
+            result = json.loads(line[-1][7:]) | {"seed": seed}
+            runs[name].append(result)
+            print(f"{name:22s} seed {seed}: {result}", flush=True)
+    base = {
+        k: median(r[k] for r in runs["sb3 (zoo)"])
+        for k in ("frames_to_475", "seconds_to_475", "fps")
+    }
+    rows = [
+        "| run | seeds reaching 475 | frames to 475 (median) | s to 475 (median) | fps "
+        "(median) | frames ratio vs SB3 | fps ratio vs SB3 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    summary = {}
+    for name, results in runs.items():
+        med = {k: median(r[k] for r in results) for k in ("frames_to_475", "seconds_to_475", "fps")}
+        reached = sum(r["frames_to_475"] is not None for r in results)
+        frames_ratio = (
+            med["frames_to_475"] / base["frames_to_475"]
+            if med["frames_to_475"] and base["frames_to_475"]
+            else None
+        )
+        fps_ratio = med["fps"] / base["fps"]
+        summary[name] = med | {
+            "reached": reached,
+            "frames_ratio": frames_ratio,
+            "fps_ratio": fps_ratio,
+        }
+
+        def fmt(x, spec):
+            return "—" if x is None else format(x, spec)
+
+        rows.append(
+            f"| {name} | {reached}/{len(results)} | {fmt(med['frames_to_475'], ',.0f')} "
+            f"| {fmt(med['seconds_to_475'], '.1f')} | {med['fps']:,.0f} | "
+            f"{fmt(frames_ratio, '.2f')} | {fps_ratio:.2f} |"
+        )
+    table = "\n".join(rows)
+    print("\n" + table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# PPO on CartPole-v1 vs Stable-Baselines3\n\nCommand: `python benchmarks/"
+        f"ppo_vs_sb3.py --seeds {' '.join(map(str, args.seeds))}` ({args.frames:,} frames "
+        f"per run, each run a fresh process, run one after the other on the same machine; "
+        f"wall time includes model/collector construction).\n\n"
+    )
+    per_run = "\n".join(
+        f"- {name}, seed {r['seed']}: "
+        + json.dumps(
+            {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "seed"}
+        )
+        for name, results in runs.items()
+        for r in results
+    )
+    args.out.write_text(header + table + "\n\nPer run:\n\n" + per_run + "\n")
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"runs": runs, "summary": summary}, indent=1)
+    )
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2:])
+    else:
+        main()
