@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint bench-functional clean
+.PHONY: venv test lint run bench-functional bench-ppo clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ lint: venv
 
 test: venv lint
 	$(BIN)/python -m pytest -q
+
+run: venv
+	$(BIN)/python examples/ppo_cartpole.py --frames 60000
+
+bench-ppo: venv
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/ppo_vs_sb3.py --seeds 1 2 3
 
 bench-functional: venv
 	$(BIN)/python benchmarks/functional_ops.py
