@@ -26,6 +26,15 @@ def _gamma_table(gamma: float | Tensor, shape: torch.Size) -> Tensor:
     return torch.broadcast_to(g, shape).reshape(-1, shape[-2])
 
 
+def _scalar_window(reward, chosen_action_value, next_state_value, trace, done, terminated, gamma):
+    """[*B, T, 1] inputs → float64 / bool [prod(B), T] tables, plus the per-step γ table."""
+    r, q, v_next, c = (
+        _flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value, next_state_value, trace)
+    )
+    d, term = _flat(done, 2)[..., 0], _flat(terminated, 2)[..., 0]
+    return r, q, v_next, c, d, term, _gamma_table(gamma, reward.shape)
+
+
 def retrace_targets(reward, chosen_action_value, next_state_value, trace, done, terminated, gamma):
     """Issue #2's recursion, one batch element and one step at a time.
 
@@ -33,11 +42,9 @@ def retrace_targets(reward, chosen_action_value, next_state_value, trace, done, 
     the bracket's second term absent at t = T − 1.
     """
     shape = reward.shape
-    r, q, v_next, c = (
-        _flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value, next_state_value, trace)
+    r, q, v_next, c, d, term, gam = _scalar_window(
+        reward, chosen_action_value, next_state_value, trace, done, terminated, gamma
     )
-    d, term = _flat(done, 2)[..., 0], _flat(terminated, 2)[..., 0]
-    gam = _gamma_table(gamma, shape)
     out = torch.zeros_like(r)
     for b in range(r.shape[0]):
         g_next = 0.0
@@ -61,11 +68,9 @@ def retrace_targets_td_form(
     c'_{v+1} = (1 − done_v) c_{v+1}.
     """
     shape = reward.shape
-    r, q, v_next, c = (
-        _flat(x.double(), 2)[..., 0] for x in (reward, chosen_action_value, next_state_value, trace)
+    r, q, v_next, c, d, term, gam = _scalar_window(
+        reward, chosen_action_value, next_state_value, trace, done, terminated, gamma
     )
-    d, term = _flat(done, 2)[..., 0], _flat(terminated, 2)[..., 0]
-    gam = _gamma_table(gamma, shape)
     out = torch.zeros_like(r)
     n_b, n_t = r.shape
     for b in range(n_b):
