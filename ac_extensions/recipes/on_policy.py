@@ -97,6 +97,12 @@ class OnPolicyConfig:
     """Shared recurrent memory for actor and critic (``None``: feed-forward)."""
     recurrent_size: int = 64
     """Hidden size of the recurrent memory."""
+    sequence_length: int | None = None
+    """Training sequence length L for recurrent policies (None: the whole rollout, T); T must
+    be a multiple of L."""
+    burn_in: int = 0
+    """Steps replayed before each training sequence only to warm up the hidden state (masked
+    out of the loss; Kapturowski et al., 2019, R2D2, §3). 0: start from the stored state."""
     observation_keys: tuple[str, ...] = ("observation",)
     """Observation entries; several (Dict observations) are concatenated."""
     transform_factory: Callable | None = None
@@ -130,6 +136,12 @@ class OnPolicyConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 <= self.gamma <= 1 or not 0 <= self.lmbda <= 1:
             raise ValueError(f"gamma and lmbda must lie in [0, 1], got {self.gamma}, {self.lmbda}")
+        length = self.sequence_length or self.rollout_length
+        if self.rollout_length % length or not 0 <= self.burn_in <= self.rollout_length - length:
+            raise ValueError(
+                f"sequence_length {length} must divide rollout_length {self.rollout_length}, and "
+                f"burn_in {self.burn_in} must lie in [0, rollout_length - sequence_length]"
+            )
         if self.algorithm not in ("ppo", "a2c"):
             raise ValueError(f"algorithm must be 'ppo' or 'a2c', got {self.algorithm!r}")
 
@@ -218,15 +230,42 @@ def compute_advantages(batch: TensorDictBase, critic, config: OnPolicyConfig) ->
     batch.set("state_value", value.reshape(*batch.shape, 1))
 
 
+def training_sequences(batch: TensorDictBase, length: int, burn_in: int) -> TensorDictBase:
+    """Cut ``[B, T]`` rows into windows of ``burn_in + length`` steps for recurrent training.
+
+    Window i trains on steps [i·L, (i+1)·L) of its row; the ``burn_in`` steps before them
+    (after them for the first window) are replayed but masked out of the loss through
+    ``("collector", "mask")``, so every step is trained exactly once and each window starts
+    ``burn_in`` steps earlier than its trained part, from the state stored there.
+
+    Returns:
+        ``[B · T/L, burn_in + L]`` windows.
+    """
+    rows, time = batch.shape
+    width = burn_in + length
+    starts = [max(0, i * length - burn_in) for i in range(time // length)]
+    index = torch.tensor(starts).unsqueeze(-1) + torch.arange(width)  # [n, width]
+    windows = batch[:, index].reshape(rows * len(starts), width)
+    trained = torch.zeros(len(starts), width, dtype=torch.bool)
+    for i, start in enumerate(starts):
+        offset = i * length - start
+        trained[i, offset : offset + length] = True
+    windows.set(("collector", "mask"), trained.repeat(rows, 1))
+    return windows
+
+
 def minibatches(batch: TensorDictBase, config: OnPolicyConfig, generator) -> Iterator:
-    """Shuffled minibatches: of single steps (feed-forward) or of whole rows (recurrent)."""
+    """Shuffled minibatches: of single steps (feed-forward) or of whole sequences (recurrent)."""
     if config.recurrent is None:
         flat = batch.reshape(-1)
         order = torch.randperm(flat.shape[0], generator=generator)
         for start in range(0, flat.shape[0], config.minibatch_size):
             yield flat[order[start : start + config.minibatch_size]]
     else:
-        rows = max(1, config.minibatch_size // batch.shape[1])
+        length = config.sequence_length or batch.shape[1]
+        if length != batch.shape[1] or config.burn_in:
+            batch = training_sequences(batch, length, config.burn_in)
+        rows = max(1, config.minibatch_size // length)
         order = torch.randperm(batch.shape[0], generator=generator)
         for start in range(0, batch.shape[0], rows):
             yield batch[order[start : start + rows]]

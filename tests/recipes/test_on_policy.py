@@ -110,3 +110,41 @@ def test_recurrent_gru_runs():
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=field):
         PPOConfig(**{field: value})
+
+
+def test_training_sequences_train_every_step_once_after_a_burn_in():
+    from tensordict import TensorDict
+
+    from ac_extensions.recipes.on_policy import training_sequences
+
+    steps = torch.arange(12).expand(2, 12).clone()
+    windows = training_sequences(TensorDict({"step": steps}, [2, 12]), length=4, burn_in=2)
+    assert windows.shape == torch.Size([6, 6])
+    # Windows start at 0, 2, 6: the trained part of window i is steps [4i, 4i + 4).
+    assert windows["step"][:3, 0].tolist() == [0, 2, 6]
+    mask = windows["collector", "mask"]
+    trained = windows["step"][mask].reshape(2, 12)
+    assert torch.equal(trained.sort(-1).values, steps)
+    assert mask[1, :2].tolist() == [False, False]  # the burn-in prefix is replayed, not trained
+
+
+@pytest.mark.timeout(120)
+def test_recurrent_training_with_burn_in_runs():
+    config = PPOConfig(
+        frames=1024,
+        recurrent="lstm",
+        epochs=2,
+        envs_per_worker=4,
+        rollout_length=16,
+        sequence_length=8,
+        burn_in=4,
+    )
+    metrics = run(ppo_recipe.train, config)
+    assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
+
+
+def test_burn_in_validation():
+    with pytest.raises(ValueError, match="burn_in"):
+        PPOConfig(rollout_length=16, sequence_length=8, burn_in=9)
+    with pytest.raises(ValueError, match="sequence_length"):
+        PPOConfig(rollout_length=16, sequence_length=5)
