@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ac_extensions.objectives.a2c import SequenceA2CLoss
+from ac_extensions.objectives.acer import ACERLoss
 from ac_extensions.objectives.addons import KLPenalty, PolicyLossAddon
 from ac_extensions.objectives.ppo import SequencePPOLoss
 
-__all__ = ["KLPenalty", "PolicyLossAddon", "SequenceA2CLoss", "SequencePPOLoss"]
+__all__ = ["ACERLoss", "KLPenalty", "PolicyLossAddon", "SequenceA2CLoss", "SequencePPOLoss"]

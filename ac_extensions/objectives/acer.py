@@ -1,0 +1,318 @@
+"""ACER for discrete actions (Wang et al., 2017, arXiv:1611.01224v2) as a TorchRL loss."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase, TensorDictParams
+from tensordict.nn import TensorDictModule
+from tensordict.utils import NestedKey
+from torch import Tensor
+from torchrl.objectives import LossModule
+
+import ac_extensions.functional as F
+
+
+class ACERLoss(LossModule):
+    """ACER: Retrace critic, truncated IS with bias correction, efficient trust region.
+
+    Input: sequences ``[B, T]`` (or ``[T]``), fresh or replayed, holding ``observation``,
+    ``action`` (indices), the behavior policy's logits stored at collection
+    (``("behavior", "logits")``), and ``("next", ...)`` with ``reward``, ``done``,
+    ``terminated`` and the next observation. Output keys (each a scalar; ``loss_*`` are summed
+    for backward):
+
+    ===================  =========================================================================
+    ``loss_critic``      critic_coeff · ½ (Q^ret_t − Q(x_t, a_t))²                       (§3.1)
+    ``loss_objective``   −min(c, ρ_t)(Q^ret_t − V_t) log π(a_t|x_t)
+                         − Σ_a [1 − c/ρ_t(a)]_+ π(a)(Q(x_t, a) − V_t) log π(a|x_t)    (Eq. 9),
+                         with the trust region applied (below)
+    ``loss_entropy``     −entropy_coeff · H(π(·|x_t))
+    diagnostics          ``entropy``, ``ratio_mean``, ``truncation_fraction`` (ρ_t > c),
+                         ``trust_region_active`` (fraction of steps with λ > 0), ``kl_average``
+                         (KL(π_avg ‖ π)), ``q_ret_mean``
+    ===================  =========================================================================
+
+    Q^ret is :func:`~ac_extensions.functional.retrace_targets` with the trace min(1, ρ)
+    (:func:`~ac_extensions.functional.acer_trace`), V(x) = Σ_a π(a|x) Q(x, a) and Q from the
+    current networks (ACER has no target network); the whole target is a constant.
+
+    Efficient trust region (§3.3, Eq. 11–12), per sample, on the statistics φ = π(·|x_t) (the
+    action probabilities, as in the paper): with g_t = ∂J_t/∂φ_t the gradient of the step-t
+    policy objective (entropy included, as openai/baselines) and k_t = −π_avg/π the gradient of
+    KL(π_avg ‖ π), the loss adds sg(λ_t)·KL_t with λ_t = max(0, (k_tᵀg_t − δ)/‖k_t‖²), so that
+    the gradient reaching φ_t is −z*_t (:func:`~ac_extensions.functional.trust_region_loss`).
+    π_avg comes from the actor's **target parameters**, the Polyak-averaged policy: keep them up
+    to date with ``torchrl.objectives.SoftUpdate(loss, eps=average_policy_decay)`` stepped after
+    every optimiser step (θ_avg ← α θ_avg + (1 − α) θ). ``trust_region_delta=inf`` disables it.
+
+    Args:
+        actor_network: module writing the policy logits (``logits``) from the observation; a
+            TorchRL ``ProbabilisticActor`` works (its distribution parameters are used).
+        qvalue_network: module writing ``action_value`` ([*B, A]).
+        gamma: discount γ.
+        truncation_threshold: c of the truncated importance weight (paper: 10).
+        trust_region_delta: δ (paper: 1; ``inf`` disables the trust region).
+        entropy_coeff: entropy bonus coefficient.
+        critic_coeff: critic loss coefficient (openai/baselines ``q_coef`` 0.5).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> actor = TensorDictModule(torch.nn.Linear(4, 3), ["observation"], ["logits"])
+        >>> qvalue = TensorDictModule(torch.nn.Linear(4, 3), ["observation"], ["action_value"])
+        >>> loss = ACERLoss(actor, qvalue, gamma=0.99)
+        >>> td = TensorDict({"observation": torch.randn(2, 5, 4),
+        ...     "action": torch.randint(3, (2, 5)), ("behavior", "logits"): torch.randn(2, 5, 3),
+        ...     ("next", "observation"): torch.randn(2, 5, 4),
+        ...     ("next", "reward"): torch.randn(2, 5, 1),
+        ...     ("next", "done"): torch.zeros(2, 5, 1, dtype=torch.bool),
+        ...     ("next", "terminated"): torch.zeros(2, 5, 1, dtype=torch.bool)}, [2, 5])
+        >>> sorted(k for k in loss(td).keys() if k.startswith("loss_"))
+        ['loss_critic', 'loss_entropy', 'loss_objective']
+    """
+
+    @dataclass
+    class _AcceptedKeys:
+        """Configurable input keys (change them with ``loss.set_keys(...)``).
+
+        ``action`` (indices), ``behavior_logits`` (stored at collection), ``logits`` /
+        ``action_value`` (written by the networks), and the ``("next", ...)`` entries
+        ``reward``, ``done``, ``terminated``.
+        """
+
+        action: NestedKey = "action"
+        behavior_logits: NestedKey = ("behavior", "logits")
+        logits: NestedKey = "logits"
+        action_value: NestedKey = "action_value"
+        reward: NestedKey = "reward"
+        done: NestedKey = "done"
+        terminated: NestedKey = "terminated"
+
+    default_keys = _AcceptedKeys
+    actor_network: TensorDictModule
+    qvalue_network: TensorDictModule
+    actor_network_params: TensorDictParams
+    qvalue_network_params: TensorDictParams
+    target_actor_network_params: TensorDictParams
+    target_qvalue_network_params: TensorDictParams
+
+    def __init__(
+        self,
+        actor_network: TensorDictModule,
+        qvalue_network: TensorDictModule,
+        *,
+        gamma: float = 0.99,
+        truncation_threshold: float = 10.0,
+        trust_region_delta: float = 1.0,
+        entropy_coeff: float = 0.01,
+        critic_coeff: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+        if truncation_threshold <= 0 or trust_region_delta < 0:
+            raise ValueError(
+                f"truncation_threshold must be > 0 and trust_region_delta >= 0, got "
+                f"{truncation_threshold}, {trust_region_delta}"
+            )
+        self._tensor_keys = self._AcceptedKeys()
+        # The average policy is the actor's target parameters (kept by SoftUpdate).
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
+        self.convert_to_functional(qvalue_network, "qvalue_network")
+        self.gamma = gamma
+        self.truncation_threshold = truncation_threshold
+        self.trust_region_delta = trust_region_delta
+        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
+        self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)))
+        self.reduction = "mean"
+
+    @property
+    def in_keys(self) -> list:
+        """Keys read from the input."""
+        keys = self.tensor_keys
+        net_keys = [*self.actor_network.in_keys, *self.qvalue_network.in_keys]
+        return [
+            *dict.fromkeys(net_keys),
+            keys.action,
+            keys.behavior_logits,
+            *(("next", k) for k in dict.fromkeys(net_keys)),
+            ("next", keys.reward),
+            ("next", keys.done),
+            ("next", keys.terminated),
+        ]
+
+    @property
+    def out_keys(self) -> list[str]:
+        """Keys of the output TensorDict."""
+        return [
+            "loss_objective",
+            "loss_critic",
+            "loss_entropy",
+            "entropy",
+            "ratio_mean",
+            "truncation_fraction",
+            "trust_region_active",
+            "kl_average",
+            "q_ret_mean",
+        ]
+
+    # ------------------------------------------------------------------ helpers
+    def _logits(self, tensordict: TensorDictBase, params: TensorDictParams) -> Tensor:
+        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
+        with params.to_module(self.actor_network):
+            net = self.actor_network
+            out = net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+        return out.get(self.tensor_keys.logits)
+
+    def _action_values(self, tensordict: TensorDictBase) -> Tensor:
+        inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
+        with self.qvalue_network_params.to_module(self.qvalue_network):
+            return self.qvalue_network(inputs).get(self.tensor_keys.action_value)
+
+    def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
+        keys, batch = self.tensor_keys, tensordict.batch_size
+        name = type(self).__name__
+        if len(batch) == 0:
+            raise ValueError(f"{name}: the input needs a batch shape [T] or [B, T]")
+        required = [
+            keys.action,
+            keys.behavior_logits,
+            ("next", keys.reward),
+            ("next", keys.done),
+            ("next", keys.terminated),
+        ]
+        for key in [*self.actor_network.in_keys, *self.qvalue_network.in_keys, *required]:
+            if tensordict.get(key, None) is None:
+                raise KeyError(
+                    f"{name}: the input (batch_size {list(batch)}) has no key {key!r}"
+                    + (
+                        " (the behavior policy's logits, stored at collection)"
+                        if key == keys.behavior_logits
+                        else ""
+                    )
+                )
+        action = tensordict.get(keys.action)
+        if action.shape != batch or action.is_floating_point():
+            raise ValueError(
+                f"{name}: {keys.action!r} must hold integer action indices of shape "
+                f"{list(batch)}, got {list(action.shape)} ({action.dtype})"
+            )
+        behavior = tensordict.get(keys.behavior_logits)
+        if behavior.shape[:-1] != batch:
+            raise ValueError(
+                f"{name}: {keys.behavior_logits!r} must have shape {list(batch)} + [A], got "
+                f"{list(behavior.shape)}"
+            )
+        reward = tensordict.get(("next", keys.reward))
+        if reward.shape != (*batch, 1) or not bool(torch.isfinite(reward).all()):
+            raise ValueError(
+                f"{name}: ('next', {keys.reward!r}) must be finite with shape "
+                f"{[*batch, 1]}, got shape {list(reward.shape)} with "
+                f"{int((~torch.isfinite(reward)).sum())} non-finite entries"
+            )
+        behavior_log_probs = behavior.log_softmax(-1)
+        taken = behavior_log_probs.gather(-1, action.unsqueeze(-1))
+        if bool((taken == -math.inf).any()):
+            raise ValueError(
+                f"{name}: the behavior probability of the taken action is 0 at "
+                f"{int((taken == -math.inf).sum())} steps ({keys.behavior_logits!r}, shape "
+                f"{list(behavior.shape)}): the data cannot come from that policy"
+            )
+        return action.unsqueeze(-1), behavior_log_probs
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Compute the ACER losses for a batch of sequences."""
+        keys = self.tensor_keys
+        action, behavior_log_probs = self._validate(tensordict)  # [*B, T, 1], [*B, T, A]
+        if tensordict.batch_dims == 1:  # a single sequence [T]
+            tensordict = tensordict.unsqueeze(0)
+            action, behavior_log_probs = action.unsqueeze(0), behavior_log_probs.unsqueeze(0)
+        nxt = tensordict.get("next")
+
+        # Current policy as its statistics φ = π(·|x_t); log π = log φ so that g = ∂J/∂φ.
+        probs = self._logits(tensordict, self.actor_network_params).softmax(-1)  # [*B, T, A]
+        log_probs = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
+        q = self._action_values(tensordict)  # Q(x_t, ·)              [*B, T, A]
+        with torch.no_grad():
+            next_probs = self._logits(nxt, self.actor_network_params).softmax(-1)
+            next_value = (next_probs * self._action_values(nxt)).sum(-1, keepdim=True)
+            average_probs = self._logits(tensordict, self.target_actor_network_params).softmax(-1)
+
+        pi_detached = probs.detach()
+        value = (pi_detached * q).sum(-1, keepdim=True)  # V_t = Σ_a π(a) Q(a)       [*B, T, 1]
+        chosen_q = q.gather(-1, action)  # Q(x_t, a_t)                           [*B, T, 1]
+        ratios = (pi_detached.log() - behavior_log_probs).exp()  # ρ_t(a)          [*B, T, A]
+        ratio = ratios.gather(-1, action)  # ρ_t                                 [*B, T, 1]
+
+        # Q^ret (Eq. 5) with the critic's trace min(1, ρ); a constant target.
+        q_ret = F.retrace_targets(
+            nxt.get(keys.reward),
+            chosen_q.detach(),
+            value.detach(),
+            next_value,
+            F.acer_trace(ratio),
+            nxt.get(keys.done),
+            nxt.get(keys.terminated),
+            self.gamma,
+        )
+        critic = 0.5 * (q_ret - chosen_q).pow(2)  # ½ (Q^ret − Q(x_t, a_t))²       [*B, T, 1]
+
+        # Policy objective J_t (to maximise), per sample: Eq. 9 plus the entropy bonus.
+        c = self.truncation_threshold
+        advantage = (q - value).detach()  # Q(x_t, ·) − V_t                        [*B, T, A]
+        policy_loss = F.truncated_is_policy_loss(
+            log_probs.gather(-1, action), ratio, q_ret - value.detach(), c
+        ) + F.bias_correction_loss(log_probs, ratios, advantage, c)
+        entropy = -(probs * log_probs).sum(-1, keepdim=True)  # H(π(·|x_t))        [*B, T, 1]
+        objective = -policy_loss + self.entropy_coeff * entropy  # J_t             [*B, T, 1]
+
+        # Efficient trust region, per sample (Eq. 11–12) on φ = probs.
+        kl = (average_probs * (average_probs.clamp_min(1e-30).log() - log_probs)).sum(
+            -1, keepdim=True
+        )  # KL(π_avg ‖ π)                                                    [*B, T, 1]
+        if math.isinf(self.trust_region_delta):
+            penalty = torch.zeros_like(kl)
+            active = torch.zeros_like(kl)
+        else:
+            (g,) = torch.autograd.grad(objective.sum(), probs, retain_graph=True)  # ∂J_t/∂φ_t
+            k = F.categorical_kl_gradient(average_probs, probs)
+            penalty = F.trust_region_loss(kl, g, k, self.trust_region_delta)
+            active = (F.trust_region_multiplier(g, k, self.trust_region_delta) > 0).to(kl.dtype)
+
+        mask = self._valid_mask(tensordict)
+        out = TensorDict(
+            {
+                "loss_objective": self._mean(policy_loss + penalty, mask),
+                "loss_critic": self.critic_coeff * self._mean(critic, mask),
+                "loss_entropy": -self.entropy_coeff * self._mean(entropy, mask),
+                "entropy": self._mean(entropy.detach(), mask),
+                "ratio_mean": self._mean(ratio, mask),
+                "truncation_fraction": self._mean((ratio > c).to(ratio.dtype), mask),
+                "trust_region_active": self._mean(active, mask),
+                "kl_average": self._mean(kl.detach(), mask),
+                "q_ret_mean": self._mean(q_ret, mask),
+            },
+            batch_size=[],
+        )
+        return out
+
+    def _valid_mask(self, tensordict: TensorDictBase) -> Tensor | None:
+        mask = None
+        for key in self._loss_mask_keys():
+            value = tensordict.get(key, None)
+            if value is not None:
+                value = value.reshape(tensordict.batch_size)
+                mask = value if mask is None else mask & value
+        return mask
+
+    @staticmethod
+    def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
+        """Mean over valid steps of a [*B, T, 1] tensor."""
+        if mask is None:
+            return x.mean()
+        return x.squeeze(-1)[mask].mean()

@@ -1,0 +1,231 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torchrl.objectives import SoftUpdate
+
+from ac_extensions.objectives import ACERLoss
+
+OBS, ACT = 4, 3
+
+
+def networks(seed=0):
+    torch.manual_seed(seed)
+    actor = TensorDictModule(
+        torch.nn.Sequential(torch.nn.Linear(OBS, 16), torch.nn.Tanh(), torch.nn.Linear(16, ACT)),
+        ["observation"],
+        ["logits"],
+    )
+    qvalue = TensorDictModule(
+        torch.nn.Sequential(torch.nn.Linear(OBS, 16), torch.nn.Tanh(), torch.nn.Linear(16, ACT)),
+        ["observation"],
+        ["action_value"],
+    )
+    return actor, qvalue
+
+
+def sequences(shape=(4, 6), seed=0, behavior=None):
+    gen = torch.Generator().manual_seed(seed)
+    done = torch.zeros(*shape, 1, dtype=torch.bool)
+    done[..., 2, :] = True
+    terminated = done.clone()
+    terminated[0] = False  # row 0: a truncation
+    logits = behavior if behavior is not None else torch.randn(*shape, ACT, generator=gen)
+    return TensorDict(
+        {
+            "observation": torch.randn(*shape, OBS, generator=gen),
+            "action": torch.randint(ACT, shape, generator=gen),
+            ("behavior", "logits"): logits,
+            ("next", "observation"): torch.randn(*shape, OBS, generator=gen),
+            ("next", "reward"): torch.randn(*shape, 1, generator=gen),
+            ("next", "done"): done,
+            ("next", "terminated"): terminated,
+        },
+        batch_size=shape,
+    )
+
+
+def grads(loss, td, keys=("loss_objective", "loss_critic", "loss_entropy")):
+    out = loss(td)
+    total = sum(out[k] for k in keys)
+    params = list(loss.actor_network_params.values(True, True))
+    return out, torch.autograd.grad(total, params, allow_unused=True)
+
+
+def perturb_average(loss, scale=0.5):
+    with torch.no_grad():
+        for p in loss.target_actor_network_params.values(True, True):
+            p.add_(torch.randn_like(p) * scale)
+
+
+class TestContract:
+    def test_scalar_finite_losses_and_detached_diagnostics(self):
+        out = ACERLoss(*networks())(sequences())
+        for key, value in out.items():
+            assert value.shape == torch.Size([]) and torch.isfinite(value), key
+            assert value.requires_grad == key.startswith("loss_"), key
+
+    def test_single_sequence_equals_batch_of_one(self):
+        loss = ACERLoss(*networks())
+        td = sequences((1, 6))
+        a, b = loss(td), loss(td[0])
+        for key in a.keys():
+            torch.testing.assert_close(a[key], b[key])
+
+    def test_set_keys_round_trip(self):
+        loss = ACERLoss(*networks())
+        td = sequences()
+        expected = loss(td)
+        loss.set_keys(behavior_logits=("collector", "mu_logits"))
+        moved = td.clone()
+        moved[("collector", "mu_logits")] = moved.pop(("behavior", "logits"))
+        torch.testing.assert_close(loss(moved)["loss_objective"], expected["loss_objective"])
+        loss.set_keys(behavior_logits=None)
+        assert loss.tensor_keys.behavior_logits == ("behavior", "logits")
+
+    def test_state_dict_round_trip_and_determinism(self):
+        loss = ACERLoss(*networks(0))
+        other = ACERLoss(*networks(1))
+        other.load_state_dict(loss.state_dict())
+        td = sequences()
+        torch.testing.assert_close(loss(td)["loss_objective"], other(td)["loss_objective"])
+        torch.testing.assert_close(loss(td)["loss_critic"], loss(td)["loss_critic"])
+
+
+class TestIdentities:
+    def test_on_policy_gradient_is_actor_critic_with_q_ret_target(self):
+        # ρ ≡ 1 (behavior = current policy) and c ≥ 1: no truncation, no bias correction, so
+        # ∇ loss_objective = ∇ mean(−(Q^ret − V) log π(a_t|x_t)), trust region off.
+        actor, qvalue = networks()
+        loss = ACERLoss(actor, qvalue, trust_region_delta=float("inf"), entropy_coeff=0.0)
+        td = sequences()
+        with torch.no_grad():
+            td["behavior", "logits"] = actor(td.clone())["logits"]
+        out, (g_w, g_b, *rest) = grads(loss, td, keys=("loss_objective",))
+        assert out["ratio_mean"].item() == pytest.approx(1.0, abs=1e-6)
+        # Reference: same Q^ret (from the same critic), plain advantage actor-critic loss.
+        with torch.no_grad():
+            logits = actor(td.clone())["logits"]
+            q = qvalue(td.clone())["action_value"]
+            pi = logits.softmax(-1)
+            v = (pi * q).sum(-1, keepdim=True)
+            nxt = td["next"].clone()
+            v_next = (actor(nxt)["logits"].softmax(-1) * qvalue(nxt.clone())["action_value"]).sum(
+                -1, keepdim=True
+            )
+        from ac_extensions.functional import retrace_targets
+
+        q_ret = retrace_targets(
+            td["next", "reward"],
+            q.gather(-1, td["action"].unsqueeze(-1)),
+            v,
+            v_next,
+            torch.ones_like(v),
+            td["next", "done"],
+            td["next", "terminated"],
+            0.99,
+        )
+        params = list(loss.actor_network_params.values(True, True))
+        with loss.actor_network_params.to_module(loss.actor_network):
+            logp = loss.actor_network(td.clone())["logits"].log_softmax(-1)
+        reference = -((q_ret - v) * logp.gather(-1, td["action"].unsqueeze(-1))).mean()
+        expected = torch.autograd.grad(reference, params)
+        for a, b in zip((g_w, g_b, *rest), expected, strict=True):
+            torch.testing.assert_close(a, b)
+
+    def test_infinite_delta_is_a_no_op(self):
+        loss = ACERLoss(*networks())
+        perturb_average(loss)
+        td = sequences()
+        loss.trust_region_delta = float("inf")
+        _, g_inf = grads(loss, td)
+        loss.trust_region_delta = 1e12  # never binds: kᵀg < δ
+        _, g_big = grads(loss, td)
+        for a, b in zip(g_inf, g_big, strict=True):
+            torch.testing.assert_close(a, b)
+
+    def test_trust_region_binds_and_changes_the_gradient(self):
+        loss = ACERLoss(*networks(), trust_region_delta=0.0)
+        perturb_average(loss)
+        td = sequences()
+        out, g_tr = grads(loss, td)
+        assert out["trust_region_active"] > 0
+        loss.trust_region_delta = float("inf")
+        _, g_free = grads(loss, td)
+        assert any(not torch.allclose(a, b) for a, b in zip(g_tr, g_free, strict=True))
+
+    def test_average_equal_to_policy_leaves_the_gradient_unchanged(self):
+        # At construction π_avg = π: k = −𝟙 is annihilated by the softmax Jacobian.
+        loss = ACERLoss(*networks(), trust_region_delta=0.0)
+        td = sequences()
+        out, g_tr = grads(loss, td)
+        assert out["trust_region_active"] > 0  # the constraint is active...
+        loss.trust_region_delta = float("inf")
+        _, g_free = grads(loss, td)
+        for a, b in zip(g_tr, g_free, strict=True):  # ...and changes nothing
+            torch.testing.assert_close(a, b)
+
+    def test_duplicating_the_batch_keeps_the_per_sample_trust_region(self):
+        loss = ACERLoss(*networks(), trust_region_delta=0.05)
+        perturb_average(loss)
+        td = sequences()
+        out1, g1 = grads(loss, td)
+        out2, g2 = grads(loss, torch.cat([td, td]))
+        torch.testing.assert_close(out1["trust_region_active"], out2["trust_region_active"])
+        for a, b in zip(g1, g2, strict=True):
+            torch.testing.assert_close(a, b)
+
+    def test_soft_update_moves_the_average_policy(self):
+        loss = ACERLoss(*networks())
+        updater = SoftUpdate(loss, eps=0.99)
+        before = {k: v.clone() for k, v in loss.target_actor_network_params.items(True, True)}
+        optimizer = torch.optim.SGD(loss.parameters(), lr=0.1)
+        out = loss(sequences())
+        (out["loss_objective"] + out["loss_critic"]).backward()
+        optimizer.step()
+        updater.step()
+        moved = False
+        for key, old in before.items():
+            new = loss.target_actor_network_params.get(key)
+            live = loss.actor_network_params.get(key)
+            torch.testing.assert_close(new, 0.99 * old + 0.01 * live.detach())
+            moved |= not torch.equal(new, old)
+        assert moved
+
+
+class TestBadInput:
+    def test_missing_behavior_logits(self):
+        td = sequences().exclude(("behavior", "logits"))
+        with pytest.raises(KeyError, match=r"behavior.*logits.*stored at collection"):
+            ACERLoss(*networks())(td)
+
+    def test_zero_behavior_probability_for_the_taken_action(self):
+        td = sequences()
+        td["behavior", "logits"][0, 1, td["action"][0, 1]] = -float("inf")
+        with pytest.raises(ValueError, match="behavior probability of the taken action is 0"):
+            ACERLoss(*networks())(td)
+
+    def test_mismatched_shapes(self):
+        bad = sequences()
+        bad["action"] = bad["action"].unsqueeze(-1)
+        with pytest.raises(ValueError, match=r"action.*\[4, 6\].*\[4, 6, 1\]"):
+            ACERLoss(*networks())(bad)
+
+    def test_nan_reward(self):
+        td = sequences()
+        td["next", "reward"][2, 3] = float("nan")
+        with pytest.raises(ValueError, match=r"reward.*\[4, 6, 1\].*1 non-finite"):
+            ACERLoss(*networks())(td)
+
+
+def test_copy_of_actor_is_not_needed():
+    # The average policy lives in the loss (target params), not in a separate module.
+    actor, qvalue = networks()
+    loss = ACERLoss(copy.deepcopy(actor), qvalue)
+    assert set(loss.target_actor_network_params.keys(True, True)) == set(
+        loss.actor_network_params.keys(True, True)
+    )
