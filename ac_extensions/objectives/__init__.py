@@ -6,5 +6,14 @@ from ac_extensions.objectives.a2c import SequenceA2CLoss
 from ac_extensions.objectives.acer import ACERLoss
 from ac_extensions.objectives.addons import KLPenalty, PolicyLossAddon
 from ac_extensions.objectives.ppo import SequencePPOLoss
+from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
-__all__ = ["ACERLoss", "KLPenalty", "PolicyLossAddon", "SequenceA2CLoss", "SequencePPOLoss"]
+__all__ = [
+    "ACERLoss",
+    "ACValueEstimators",
+    "KLPenalty",
+    "PolicyLossAddon",
+    "RetraceEstimator",
+    "SequenceA2CLoss",
+    "SequencePPOLoss",
+]

@@ -11,8 +11,10 @@ from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
 from torch import Tensor
 from torchrl.objectives import LossModule
+from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
+from ac_extensions.objectives.value import ACValueEstimators
 
 
 class ACERLoss(LossModule):
@@ -35,9 +37,12 @@ class ACERLoss(LossModule):
                          (KL(π_avg ‖ π)), ``q_ret_mean``
     ===================  =========================================================================
 
-    Q^ret is :func:`~ac_extensions.functional.retrace_targets` with the trace min(1, ρ)
-    (:func:`~ac_extensions.functional.acer_trace`), V(x) = Σ_a π(a|x) Q(x, a) and Q from the
-    current networks (ACER has no target network); the whole target is a constant.
+    Q^ret comes from the value estimator, by default the registered
+    :class:`~ac_extensions.objectives.value.RetraceEstimator` with λ = 1 (trace min(1, ρ), i.e.
+    :func:`~ac_extensions.functional.retrace_targets` with
+    :func:`~ac_extensions.functional.acer_trace`); ``loss.make_value_estimator("retrace",
+    gamma=..., lmbda=...)`` changes it. V(x) = Σ_a π(a|x) Q(x, a) and Q come from the current
+    networks (ACER has no target network); the whole target is a constant.
 
     Efficient trust region (§3.3, Eq. 11–12), per sample, on the statistics φ = π(·|x_t) (the
     action probabilities, as in the paper): with g_t = ∂J_t/∂φ_t the gradient of the step-t
@@ -93,6 +98,8 @@ class ACERLoss(LossModule):
         terminated: NestedKey = "terminated"
 
     default_keys = _AcceptedKeys
+    default_value_estimator = ACValueEstimators.Retrace
+    SUPPORTED_VALUE_ESTIMATORS = (ACValueEstimators.Retrace,)
     actor_network: TensorDictModule
     qvalue_network: TensorDictModule
     actor_network_params: TensorDictParams
@@ -124,6 +131,7 @@ class ACERLoss(LossModule):
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
         self.convert_to_functional(qvalue_network, "qvalue_network")
         self.gamma = gamma
+        self._value_estimator = None
         self.truncation_threshold = truncation_threshold
         self.trust_region_delta = trust_region_delta
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
@@ -159,6 +167,39 @@ class ACERLoss(LossModule):
             "kl_average",
             "q_ret_mean",
         ]
+
+    def make_value_estimator(self, value_type=None, **hyperparams):
+        """Build the critic's target estimator; ``"retrace"`` (the default) with λ = 1 is Q^ret.
+
+        ``loss.make_value_estimator("retrace", gamma=0.99, lmbda=0.95)`` gives Retrace(λ).
+        """
+        value_type, hyperparams = self._prepare_value_estimator_kwargs(value_type, **hyperparams)
+        if value_type is None:
+            return self
+        keys = self.tensor_keys
+        dispatch_value_estimator(
+            self,
+            value_type,
+            supported=self.SUPPORTED_VALUE_ESTIMATORS,
+            tensor_keys={
+                "action": keys.action,
+                "behavior_logits": keys.behavior_logits,
+                "logits": keys.logits,
+                "action_value": keys.action_value,
+                "reward": keys.reward,
+                "done": keys.done,
+                "terminated": keys.terminated,
+            },
+            **hyperparams,
+        )
+        return self
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        if self._value_estimator is not None:
+            accepted = self._value_estimator._AcceptedKeys.__dataclass_fields__
+            self._value_estimator.set_keys(
+                **{k: getattr(self.tensor_keys, k) for k in kwargs if k in accepted}
+            )
 
     # ------------------------------------------------------------------ helpers
     def _logits(self, tensordict: TensorDictBase, params: TensorDictParams) -> Tensor:
@@ -235,31 +276,38 @@ class ACERLoss(LossModule):
         nxt = tensordict.get("next")
 
         # Current policy as its statistics φ = π(·|x_t); log π = log φ so that g = ∂J/∂φ.
-        probs = self._logits(tensordict, self.actor_network_params).softmax(-1)  # [*B, T, A]
+        logits = self._logits(tensordict, self.actor_network_params)  # [*B, T, A]
+        probs = logits.softmax(-1)
         log_probs = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
         q = self._action_values(tensordict)  # Q(x_t, ·)              [*B, T, A]
         with torch.no_grad():
-            next_probs = self._logits(nxt, self.actor_network_params).softmax(-1)
-            next_value = (next_probs * self._action_values(nxt)).sum(-1, keepdim=True)
             average_probs = self._logits(tensordict, self.target_actor_network_params).softmax(-1)
+            # Q^ret (Eq. 5) from the registered estimator, on detached network outputs.
+            estimate = TensorDict(
+                {
+                    keys.action: tensordict.get(keys.action),
+                    keys.behavior_logits: tensordict.get(keys.behavior_logits),
+                    keys.logits: logits.detach(),
+                    keys.action_value: q.detach(),
+                    "next": {
+                        keys.logits: self._logits(nxt, self.actor_network_params),
+                        keys.action_value: self._action_values(nxt),
+                        keys.reward: nxt.get(keys.reward),
+                        keys.done: nxt.get(keys.done),
+                        keys.terminated: nxt.get(keys.terminated),
+                    },
+                },
+                batch_size=tensordict.batch_size,
+            )
+            q_ret = self.value_estimator(estimate).get(
+                self.value_estimator.tensor_keys.value_target
+            )
 
         pi_detached = probs.detach()
         value = (pi_detached * q).sum(-1, keepdim=True)  # V_t = Σ_a π(a) Q(a)       [*B, T, 1]
         chosen_q = q.gather(-1, action)  # Q(x_t, a_t)                           [*B, T, 1]
         ratios = (pi_detached.log() - behavior_log_probs).exp()  # ρ_t(a)          [*B, T, A]
         ratio = ratios.gather(-1, action)  # ρ_t                                 [*B, T, 1]
-
-        # Q^ret (Eq. 5) with the critic's trace min(1, ρ); a constant target.
-        q_ret = F.retrace_targets(
-            nxt.get(keys.reward),
-            chosen_q.detach(),
-            value.detach(),
-            next_value,
-            F.acer_trace(ratio),
-            nxt.get(keys.done),
-            nxt.get(keys.terminated),
-            self.gamma,
-        )
         critic = 0.5 * (q_ret - chosen_q).pow(2)  # ½ (Q^ret − Q(x_t, a_t))²       [*B, T, 1]
 
         # Policy objective J_t (to maximise), per sample: Eq. 9 plus the entropy bonus.

@@ -229,3 +229,49 @@ def test_copy_of_actor_is_not_needed():
     assert set(loss.target_actor_network_params.keys(True, True)) == set(
         loss.actor_network_params.keys(True, True)
     )
+
+
+class TestRetraceEstimator:
+    def test_default_is_retrace_with_lambda_one_and_the_loss_gamma(self):
+        from ac_extensions.objectives import RetraceEstimator
+
+        loss = ACERLoss(*networks(), gamma=0.95)
+        loss(sequences())
+        assert isinstance(loss.value_estimator, RetraceEstimator)
+        assert float(loss.value_estimator.gamma) == pytest.approx(0.95)
+        assert float(loss.value_estimator.lmbda) == 1.0
+
+    def test_string_alias_and_hyperparameters(self):
+        from ac_extensions.functional import retrace_targets, retrace_trace
+
+        actor, qvalue = networks()
+        loss = ACERLoss(actor, qvalue)
+        loss.make_value_estimator("retrace", gamma=0.9, lmbda=0.5)
+        td = sequences()
+        out = loss(td)
+        with torch.no_grad():
+            probs = actor(td.clone())["logits"].softmax(-1)
+            q = qvalue(td.clone())["action_value"]
+            nxt = td["next"].clone()
+            v_next = (actor(nxt)["logits"].softmax(-1) * qvalue(nxt.clone())["action_value"]).sum(
+                -1, keepdim=True
+            )
+            a = td["action"].unsqueeze(-1)
+            ratio = probs.gather(-1, a) / td["behavior", "logits"].softmax(-1).gather(-1, a)
+            expected = retrace_targets(
+                td["next", "reward"],
+                q.gather(-1, a),
+                (probs * q).sum(-1, keepdim=True),
+                v_next,
+                retrace_trace(ratio, 0.5),
+                td["next", "done"],
+                td["next", "terminated"],
+                0.9,
+            )
+        torch.testing.assert_close(out["q_ret_mean"], expected.mean())
+
+    def test_unsupported_estimator(self):
+        from torchrl.objectives.utils import ValueEstimators
+
+        with pytest.raises(NotImplementedError, match="ACERLoss"):
+            ACERLoss(*networks()).make_value_estimator(ValueEstimators.GAE)
