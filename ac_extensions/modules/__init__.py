@@ -5,7 +5,8 @@ from __future__ import annotations
 from ac_extensions.modules.actor_critic import (
     collection_policy,
     make_actor_critic,
+    make_qvalue,
     recurrent_env_transforms,
 )
 
-__all__ = ["collection_policy", "make_actor_critic", "recurrent_env_transforms"]
+__all__ = ["collection_policy", "make_actor_critic", "make_qvalue", "recurrent_env_transforms"]

@@ -167,6 +167,28 @@ def make_actor_critic(
     return actor, critic
 
 
+def make_qvalue(
+    observation_dim: int,
+    num_actions: int,
+    *,
+    hidden_sizes: Sequence[int] = (64, 64),
+    observation_key: str = "observation",
+) -> TensorDictModule:
+    """An action-value network Q(x, ·): observation → MLP → ``action_value`` ([*B, A]).
+
+    Args:
+        observation_dim: size of the (flat) observation.
+        num_actions: number of discrete actions A.
+        hidden_sizes: MLP widths.
+        observation_key: the observation entry to read.
+
+    Returns:
+        A TensorDictModule writing ``action_value``.
+    """
+    net = _mlp(observation_dim, num_actions, hidden_sizes, head_gain=1.0)
+    return TensorDictModule(net, [observation_key], ["action_value"])
+
+
 def collection_policy(actor: ProbabilisticActor, critic: TensorDictModule) -> nn.Module:
     """The module to collect with: the actor, followed by the critic if it is recurrent.
 

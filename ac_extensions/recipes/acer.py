@@ -1,0 +1,228 @@
+"""ACER (discrete) on TorchRL's multi-process collector with a replay of sequences.
+
+Reads top to bottom: :class:`ACERConfig` → :func:`train`, a generator yielding one dict of
+scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algorithm 1:
+
+1. ``MultiSyncCollector`` workers step batches of environments for T steps; the policy stores
+   its logits as the behavior distribution µ (``("behavior", "logits")``).
+2. The fresh batch ``[W·E, T]`` goes into the replay (each row one T-step sequence) and gives
+   one on-policy update.
+3. Once the replay holds ``replay_start`` frames, n ~ Poisson(``replay_ratio``) off-policy
+   updates on sampled sequences follow.
+4. After every optimiser step the average policy moves: θ_avg ← α θ_avg + (1 − α) θ
+   (``SoftUpdate``).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.collectors import MultiSyncCollector
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
+from torchrl.objectives import SoftUpdate
+
+from ac_extensions.modules import make_actor_critic, make_qvalue
+from ac_extensions.objectives import ACERLoss
+from ac_extensions.recipes.envs import make_batched_env, observation_size
+from ac_extensions.recipes.on_policy import finished_returns
+
+
+@dataclass(frozen=True)
+class ACERConfig:
+    """Hyper-parameters of the ACER recipe (defaults: CartPole-v1).
+
+    Paper / openai/baselines defaults where they apply (c = 10, δ = 1, α = 0.99, replay ratio
+    4 with Poisson draws, k = 20 steps per sequence, Q coefficient 0.5, γ 0.99); learning rate,
+    network size and replay sizes are scaled to CartPole.
+    """
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium id with a discrete action space."""
+    frames: int = 60_000
+    """Total environment frames to collect."""
+    workers: int = 2
+    """Collector worker processes (W)."""
+    envs_per_worker: int = 4
+    """Environments each worker steps at once (E)."""
+    rollout_length: int = 20
+    """Steps per sequence (k = 20 in the paper)."""
+    gamma: float = 0.99
+    """Discount γ."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip (openai/baselines: 10)."""
+    truncation_threshold: float = 10.0
+    """c, the importance-weight truncation of the policy term."""
+    trust_region_delta: float = 1.0
+    """δ of the efficient trust region (``inf`` disables it)."""
+    average_policy_decay: float = 0.99
+    """α of the Polyak-averaged policy."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus coefficient (paper/baselines 0.001–0.01 on Atari; 0 suits CartPole)."""
+    critic_coeff: float = 0.5
+    """Weight of the Q loss (baselines ``q_coef``)."""
+    replay_ratio: float = 4.0
+    """Mean number of off-policy updates per on-policy update (Poisson)."""
+    replay_capacity: int = 50_000
+    """Frames kept in the replay."""
+    replay_start: int = 1_000
+    """Frames in the replay before off-policy updates start."""
+    batch_size: int = 16
+    """Sequences per off-policy update."""
+    memmap: bool = False
+    """Keep the replay in memory-mapped files (``LazyMemmapStorage``) instead of RAM."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP widths of the policy and Q networks."""
+    return_window: int = 20
+    """Finished episodes averaged in ``train/return_window``."""
+    seed: int = 0
+    """Seed for torch, the replay sampling and the environments."""
+    device: str = "cpu"
+    """Learner device."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "frames",
+            "workers",
+            "envs_per_worker",
+            "rollout_length",
+            "batch_size",
+            "replay_capacity",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.replay_ratio < 0 or not 0 <= self.average_policy_decay < 1:
+            raise ValueError(
+                f"replay_ratio must be >= 0 and average_policy_decay in [0, 1), got "
+                f"{self.replay_ratio}, {self.average_policy_decay}"
+            )
+
+    @property
+    def frames_per_batch(self) -> int:
+        """W · E · T."""
+        return self.workers * self.envs_per_worker * self.rollout_length
+
+
+def make_env(config: ACERConfig):
+    """The env one worker steps: E copies of ``config.env_id``."""
+    return make_batched_env(config.env_id, config.envs_per_worker)
+
+
+def build(config: ACERConfig):
+    """Networks, the collection policy (storing µ's logits), loss, optimiser, average update."""
+    probe = make_env(config)
+    obs_dim = observation_size(probe)
+    num_actions = int(probe.full_action_spec["action"].space.n)
+    probe.close()
+    actor, _ = make_actor_critic(obs_dim, num_actions, hidden_sizes=config.hidden_sizes)
+    qvalue = make_qvalue(obs_dim, num_actions, hidden_sizes=config.hidden_sizes)
+    actor, qvalue = actor.to(config.device), qvalue.to(config.device)
+    # µ's full distribution is needed at replay time: copy the logits under their own key
+    # (re-running the actor overwrites "logits").
+    policy = TensorDictSequential(
+        actor, TensorDictModule(nn.Identity(), ["logits"], [("behavior", "logits")])
+    )
+    loss = ACERLoss(
+        actor,
+        qvalue,
+        gamma=config.gamma,
+        truncation_threshold=config.truncation_threshold,
+        trust_region_delta=config.trust_region_delta,
+        entropy_coeff=config.entropy_coeff,
+        critic_coeff=config.critic_coeff,
+    )
+    optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr)
+    average = SoftUpdate(loss, eps=config.average_policy_decay)
+    return policy, loss, optimizer, average
+
+
+REPLAY_KEYS = (
+    "observation",
+    "action",
+    ("behavior", "logits"),
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+)
+
+
+def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
+    """Run ACER; yield one dict of scalar metrics per collected batch."""
+    config = config or ACERConfig()
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    policy, loss_module, optimizer, average = build(config)
+    rows = max(1, config.replay_capacity // config.rollout_length)
+    storage = LazyMemmapStorage(rows) if config.memmap else LazyTensorStorage(rows)
+    replay = ReplayBuffer(storage=storage, batch_size=config.batch_size)
+    collector = MultiSyncCollector(
+        [partial(make_env, config)] * config.workers,
+        policy,
+        frames_per_batch=config.frames_per_batch,
+        total_frames=config.frames,
+        env_device="cpu",
+        policy_device=config.device,
+        storing_device=config.device,
+    )
+    collector.set_seed(config.seed)
+    window: deque[float] = deque(maxlen=config.return_window)
+    frames, start = 0, time.perf_counter()
+
+    def update(batch) -> dict[str, float]:
+        out = loss_module(batch)
+        total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(loss_module.parameters(), config.max_grad_norm)
+        optimizer.step()
+        average.step()  # θ_avg ← α θ_avg + (1 − α) θ
+        return {k: float(v.detach()) for k, v in out.items()} | {"grad_norm": float(grad_norm)}
+
+    try:
+        for batch in collector:
+            batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
+            frames += batch.numel()
+            returns = finished_returns(batch)
+            batch = batch.select(*REPLAY_KEYS)
+            window.extend(returns)
+            replay.extend(batch)
+
+            logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()}
+            replayed: dict[str, list[float]] = {}
+            n_replay = 0
+            if len(replay) * config.rollout_length >= config.replay_start:
+                rate = torch.tensor(float(config.replay_ratio))
+                n_replay = int(torch.poisson(rate, generator=generator))
+                for _ in range(n_replay):
+                    for key, value in update(replay.sample()).items():
+                        replayed.setdefault(key, []).append(value)
+            logs |= {f"train/replay/{k}": sum(v) / len(v) for k, v in replayed.items()}
+            collector.update_policy_weights_()
+
+            elapsed = time.perf_counter() - start
+            yield logs | {
+                "train/episodes": float(len(returns)),
+                "train/episode_return": sum(returns) / len(returns) if returns else math.nan,
+                "train/return_window": sum(window) / len(window) if window else math.nan,
+                "train/return_window_size": float(len(window)),
+                "train/replay_updates": float(n_replay),
+                "train/replay_frames": float(len(replay) * config.rollout_length),
+                "time/frames": float(frames),
+                "time/seconds": elapsed,
+                "time/fps": frames / elapsed,
+            }
+    finally:
+        collector.shutdown()
+        del collector
+        gc.collect()
