@@ -19,6 +19,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
         ("ppo_cartpole.py", 1024),
         ("a2c_cartpole.py", 256),
         ("recurrent_ppo_masked_cartpole.py", 1024),
+        ("acer_cartpole.py", 320),
     ],
 )
 def test_example_runs(script, frames):
