@@ -15,10 +15,6 @@ scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algor
 
 from __future__ import annotations
 
-import gc
-import math
-import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -26,18 +22,18 @@ from functools import partial
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.collectors import MultiSyncCollector
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
 from torchrl.objectives import SoftUpdate
 
 from ac_extensions.modules import make_actor_critic, make_qvalue
 from ac_extensions.objectives import ACERLoss
+from ac_extensions.recipes._common import Progress, RunConfig, start_collector, stop_collector
 from ac_extensions.recipes.envs import make_batched_env, observation_size
 from ac_extensions.recipes.on_policy import finished_returns
 
 
 @dataclass(frozen=True)
-class ACERConfig:
+class ACERConfig(RunConfig):
     """Hyper-parameters of the ACER recipe (defaults: CartPole-v1).
 
     Paper / openai/baselines defaults where they apply (c = 10, δ = 1, α = 0.99, replay ratio
@@ -45,20 +41,14 @@ class ACERConfig:
     network size and replay sizes are scaled to CartPole.
     """
 
-    env_id: str = "CartPole-v1"
-    """Gymnasium id with a discrete action space."""
     frames: int = 60_000
     """Total environment frames to collect."""
-    workers: int = 2
-    """Collector worker processes (W)."""
     envs_per_worker: int = 4
     """Environments each worker steps at once (E)."""
     rollout_length: int = 20
     """Steps per sequence (k = 20 in the paper)."""
     gamma: float = 0.99
     """Discount γ."""
-    lr: float = 1e-3
-    """Adam learning rate."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip (openai/baselines: 10)."""
     truncation_threshold: float = 10.0
@@ -67,10 +57,6 @@ class ACERConfig:
     """δ of the efficient trust region (``inf`` disables it)."""
     average_policy_decay: float = 0.99
     """α of the Polyak-averaged policy."""
-    entropy_coeff: float = 0.0
-    """Entropy bonus coefficient (paper/baselines 0.001–0.01 on Atari; 0 suits CartPole)."""
-    critic_coeff: float = 0.5
-    """Weight of the Q loss (baselines ``q_coef``)."""
     replay_ratio: float = 4.0
     """Mean number of off-policy updates per on-policy update (Poisson)."""
     replay_capacity: int = 50_000
@@ -81,24 +67,10 @@ class ACERConfig:
     """Sequences per off-policy update."""
     memmap: bool = False
     """Keep the replay in memory-mapped files (``LazyMemmapStorage``) instead of RAM."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """MLP widths of the policy and Q networks."""
-    return_window: int = 20
-    """Finished episodes averaged in ``train/return_window``."""
-    seed: int = 0
-    """Seed for torch, the replay sampling and the environments."""
-    device: str = "cpu"
-    """Learner device."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "frames",
-            "workers",
-            "envs_per_worker",
-            "rollout_length",
-            "batch_size",
-            "replay_capacity",
-        ):
+        super().__post_init__()
+        for name in ("batch_size", "replay_capacity"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.replay_ratio < 0 or not 0 <= self.average_policy_decay < 1:
@@ -106,11 +78,6 @@ class ACERConfig:
                 f"replay_ratio must be >= 0 and average_policy_decay in [0, 1), got "
                 f"{self.replay_ratio}, {self.average_policy_decay}"
             )
-
-    @property
-    def frames_per_batch(self) -> int:
-        """W · E · T."""
-        return self.workers * self.envs_per_worker * self.rollout_length
 
 
 def make_env(config: ACERConfig):
@@ -166,18 +133,8 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
     rows = max(1, config.replay_capacity // config.rollout_length)
     storage = LazyMemmapStorage(rows) if config.memmap else LazyTensorStorage(rows)
     replay = ReplayBuffer(storage=storage, batch_size=config.batch_size)
-    collector = MultiSyncCollector(
-        [partial(make_env, config)] * config.workers,
-        policy,
-        frames_per_batch=config.frames_per_batch,
-        total_frames=config.frames,
-        env_device="cpu",
-        policy_device=config.device,
-        storing_device=config.device,
-    )
-    collector.set_seed(config.seed)
-    window: deque[float] = deque(maxlen=config.return_window)
-    frames, start = 0, time.perf_counter()
+    collector = start_collector(config, partial(make_env, config), policy)
+    progress = Progress(config.return_window)
 
     def update(batch) -> dict[str, float]:
         out = loss_module(batch)
@@ -192,10 +149,8 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
     try:
         for batch in collector:
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
-            frames += batch.numel()
             returns = finished_returns(batch)
             batch = batch.select(*REPLAY_KEYS)
-            window.extend(returns)
             replay.extend(batch)
 
             logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()}
@@ -210,19 +165,13 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
             logs |= {f"train/replay/{k}": sum(v) / len(v) for k, v in replayed.items()}
             collector.update_policy_weights_()
 
-            elapsed = time.perf_counter() - start
-            yield logs | {
-                "train/episodes": float(len(returns)),
-                "train/episode_return": sum(returns) / len(returns) if returns else math.nan,
-                "train/return_window": sum(window) / len(window) if window else math.nan,
-                "train/return_window_size": float(len(window)),
-                "train/replay_updates": float(n_replay),
-                "train/replay_frames": float(len(replay) * config.rollout_length),
-                "time/frames": float(frames),
-                "time/seconds": elapsed,
-                "time/fps": frames / elapsed,
-            }
+            yield (
+                logs
+                | progress.update(batch.numel(), returns)
+                | {
+                    "train/replay_updates": float(n_replay),
+                    "train/replay_frames": float(len(replay) * config.rollout_length),
+                }
+            )
     finally:
-        collector.shutdown()
-        del collector
-        gc.collect()
+        stop_collector(collector)

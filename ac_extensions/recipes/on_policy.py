@@ -22,10 +22,8 @@ One iteration:
 
 from __future__ import annotations
 
-import gc
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -33,17 +31,17 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.collectors import MultiSyncCollector
 from torchrl.envs import ExplorationType, set_exploration_type
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
 from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
+from ac_extensions.recipes._common import Progress, RunConfig, start_collector, stop_collector
 from ac_extensions.recipes.envs import make_batched_env, observation_size
 
 
 @dataclass(frozen=True)
-class OnPolicyConfig:
+class OnPolicyConfig(RunConfig):
     """Hyper-parameters of the on-policy recipe; defaults: PPO on CartPole-v1.
 
     Defaults follow rl-baselines3-zoo's tuned CartPole-v1 PPO (γ 0.98, λ 0.8, lr 1e-3 linear,
@@ -53,26 +51,10 @@ class OnPolicyConfig:
 
     algorithm: Literal["ppo", "a2c"] = "ppo"
     """Which loss: clipped PPO (``SequencePPOLoss``) or A2C (``SequenceA2CLoss``)."""
-    env_id: str = "CartPole-v1"
-    """Gymnasium id with a discrete action space."""
-    frames: int = 100_000
-    """Total environment frames to collect."""
-    workers: int = 2
-    """Collector worker processes (W); this machine has 2 cores."""
-    envs_per_worker: int = 8
-    """Environments each worker steps at once (E): amortises TorchRL's per-step overhead."""
-    rollout_length: int = 32
-    """Steps per environment per batch (T); a batch is W·E·T frames."""
-    gamma: float = 0.98
-    """Discount γ."""
     lmbda: float = 0.8
     """GAE λ."""
-    lr: float = 1e-3
-    """Learning rate (Adam for PPO, RMSprop for A2C)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over ``frames`` (SB3's ``lin_`` schedules)."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
     epochs: int = 20
     """Passes over each batch (PPO); A2C uses 1."""
     minibatch_size: int = 256
@@ -83,16 +65,10 @@ class OnPolicyConfig:
     """Decay ε linearly to 0 with the learning rate (zoo ``clip_range: lin_0.2``)."""
     clip_value: float | None = None
     """PPO value clipping radius (None: no value clipping)."""
-    entropy_coeff: float = 0.0
-    """Entropy bonus coefficient."""
-    critic_coeff: float = 0.5
-    """Critic loss coefficient (SB3 ``vf_coef``)."""
     normalize_advantage: bool = True
     """Standardise advantages per minibatch (PPO)."""
     target_kl: float | None = None
     """Stop the epochs of a batch early once ``kl_approx`` exceeds 1.5 × this (SB3's rule)."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """MLP widths."""
     recurrent: Literal["lstm", "gru"] | None = None
     """Shared recurrent memory for actor and critic (``None``: feed-forward)."""
     recurrent_size: int = 64
@@ -114,28 +90,16 @@ class OnPolicyConfig:
     """Evaluate the greedy policy every this many batches (0: never)."""
     eval_episodes: int = 5
     """Episodes per evaluation."""
-    return_window: int = 20
-    """Finished episodes averaged in ``train/return_window``."""
-    seed: int = 0
-    """Seed for torch and the environments."""
-    device: str = "cpu"
-    """Learner device (``cpu`` or ``cuda``); workers act on CPU."""
     torch_threads: int | None = None
     """Threads for the learner (None: torch's default)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "frames",
-            "workers",
-            "envs_per_worker",
-            "rollout_length",
-            "epochs",
-            "minibatch_size",
-        ):
+        super().__post_init__()
+        for name in ("epochs", "minibatch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0 <= self.gamma <= 1 or not 0 <= self.lmbda <= 1:
-            raise ValueError(f"gamma and lmbda must lie in [0, 1], got {self.gamma}, {self.lmbda}")
+        if not 0 <= self.lmbda <= 1:
+            raise ValueError(f"lmbda must lie in [0, 1], got {self.lmbda}")
         length = self.sequence_length or self.rollout_length
         if self.rollout_length % length or not 0 <= self.burn_in <= self.rollout_length - length:
             raise ValueError(
@@ -144,11 +108,6 @@ class OnPolicyConfig:
             )
         if self.algorithm not in ("ppo", "a2c"):
             raise ValueError(f"algorithm must be 'ppo' or 'a2c', got {self.algorithm!r}")
-
-    @property
-    def frames_per_batch(self) -> int:
-        """W · E · T."""
-        return self.workers * self.envs_per_worker * self.rollout_length
 
 
 def make_env(config: OnPolicyConfig):
@@ -306,27 +265,15 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     actor, critic, loss_module, optimizer = build(config)
-    collector = MultiSyncCollector(
-        [partial(make_env, config)] * config.workers,
-        collection_policy(actor, critic),
-        frames_per_batch=config.frames_per_batch,
-        total_frames=config.frames,
-        env_device="cpu",
-        policy_device=config.device,
-        storing_device=config.device,
-    )
-    collector.set_seed(config.seed)
+    collector = start_collector(config, partial(make_env, config), collection_policy(actor, critic))
     num_batches = math.ceil(config.frames / config.frames_per_batch)
-    window: deque[float] = deque(maxlen=config.return_window)
-    frames, start = 0, time.perf_counter()
+    progress = Progress(config.return_window)
     try:
         collect_start = time.perf_counter()
         for iteration, batch in enumerate(collector):
             collect_time = time.perf_counter() - collect_start
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
-            frames += batch.numel()
             returns = finished_returns(batch)
-            window.extend(returns)
 
             # Reward shaping (logged returns above are the environment's).
             if config.reshape_reward is not None:
@@ -373,19 +320,12 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
             collector.update_policy_weights_()
             update_time = time.perf_counter() - update_start
 
-            elapsed = time.perf_counter() - start
             metrics = {f"train/{k}": sum(v) / len(v) for k, v in logs.items()}
+            metrics.update(progress.update(batch.numel(), returns))
             metrics.update(
                 {
-                    "train/episodes": float(len(returns)),
-                    "train/episode_return": sum(returns) / len(returns) if returns else math.nan,
-                    "train/return_window": sum(window) / len(window) if window else math.nan,
-                    "train/return_window_size": float(len(window)),
                     "train/lr": lr,
                     "train/stopped_early": stopped_early,
-                    "time/frames": float(frames),
-                    "time/seconds": elapsed,
-                    "time/fps": frames / elapsed,
                     "time/collect": collect_time,
                     "time/update": update_time,
                 }
@@ -396,8 +336,4 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
             yield metrics
             collect_start = time.perf_counter()
     finally:
-        collector.shutdown()
-        # Drop the collector while the interpreter is fully alive: its weight-sync objects
-        # start a thread in __del__, which hangs if it runs at interpreter exit (torchrl 0.14.1).
-        del collector
-        gc.collect()
+        stop_collector(collector)
