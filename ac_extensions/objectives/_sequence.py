@@ -30,6 +30,22 @@ def _recurrent_in_keys(*networks: nn.Module | None) -> list:
     return keys
 
 
+def valid_mask(loss, tensordict: TensorDictBase) -> Tensor | None:
+    """The conjunction of the loss-mask entries present in the input, shape [*batch].
+
+    The entries are those TorchRL's ``_reduce_loss`` honours (``loss._loss_mask_keys()``:
+    ``("collector", "mask")`` and ``"shifted_valid"`` by default); ``None`` if there are none.
+    """
+    mask = None
+    for key in loss._loss_mask_keys():
+        value = tensordict.get(key, None)
+        if value is None:
+            continue
+        value = value.reshape(tensordict.batch_size)
+        mask = value if mask is None else mask & value
+    return mask
+
+
 class SequenceLossMixin:
     """Validation, masked scalar diagnostics and add-ons for TorchRL on-policy losses.
 
@@ -138,15 +154,7 @@ class SequenceLossMixin:
 
     # ------------------------------------------------------------------ diagnostics
     def _valid_mask(self, tensordict: TensorDictBase) -> Tensor | None:
-        """The conjunction of the loss-mask entries present in the input, shape [*batch]."""
-        mask = None
-        for key in self._loss_mask_keys():
-            value = tensordict.get(key, None)
-            if value is None:
-                continue
-            value = value.reshape(tensordict.batch_size)
-            mask = value if mask is None else mask & value
-        return mask
+        return valid_mask(self, tensordict)
 
     @staticmethod
     def _flat_valid(x: Tensor, batch: torch.Size, mask: Tensor | None) -> Tensor:

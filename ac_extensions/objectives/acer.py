@@ -14,6 +14,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
+from ac_extensions.objectives._sequence import valid_mask
 from ac_extensions.objectives.value import ACValueEstimators
 
 
@@ -332,7 +333,7 @@ class ACERLoss(LossModule):
             penalty = F.trust_region_loss(kl, g, k, self.trust_region_delta)
             active = (F.trust_region_multiplier(g, k, self.trust_region_delta) > 0).to(kl.dtype)
 
-        mask = self._valid_mask(tensordict)
+        mask = valid_mask(self, tensordict)
         out = TensorDict(
             {
                 "loss_objective": self._mean(policy_loss + penalty, mask),
@@ -348,15 +349,6 @@ class ACERLoss(LossModule):
             batch_size=[],
         )
         return out
-
-    def _valid_mask(self, tensordict: TensorDictBase) -> Tensor | None:
-        mask = None
-        for key in self._loss_mask_keys():
-            value = tensordict.get(key, None)
-            if value is not None:
-                value = value.reshape(tensordict.batch_size)
-                mask = value if mask is None else mask & value
-        return mask
 
     @staticmethod
     def _mean(x: Tensor, mask: Tensor | None) -> Tensor:

@@ -32,6 +32,12 @@ def retrace_inputs(window: dict) -> dict:
     return {k: window[k] for k in RETRACE_KEYS}
 
 
+def scalar_reference(fn, window: dict, gamma):
+    """Call a reference Retrace loop on a random window's scalar inputs."""
+    keys = ("reward", "chosen_action_value", "next_state_value", "trace", "done", "terminated")
+    return fn(*(window[k] for k in keys), gamma)
+
+
 def paper_case(**overrides):
     """algorithms.md §c.1 case 1 (B = 1, T = 3, A = 2, γ = 0.9).
 
@@ -176,15 +182,7 @@ class TestRetraceTargetsDifferential:
     def test_matches_naive_loop(self, batch_shape, done_pattern):
         w = reference.random_window(batch_shape, time=7, done_pattern=done_pattern, seed=1)
         out = retrace_targets(**retrace_inputs(w), gamma=0.97)
-        expected = reference.retrace_targets(
-            w["reward"],
-            w["chosen_action_value"],
-            w["next_state_value"],
-            w["trace"],
-            w["done"],
-            w["terminated"],
-            0.97,
-        )
+        expected = scalar_reference(reference.retrace_targets, w, 0.97)
         torch.testing.assert_close(out, expected)
 
     @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
@@ -192,30 +190,14 @@ class TestRetraceTargetsDifferential:
         # Recursion == Σ_s (Π γ'c') δ_s (algorithms.md §c.1 item 7), including done masks.
         w = reference.random_window(batch_shape, time=9, done_pattern="mid", seed=2)
         out = retrace_targets(**retrace_inputs(w), gamma=0.9)
-        expected = reference.retrace_targets_td_form(
-            w["reward"],
-            w["chosen_action_value"],
-            w["next_state_value"],
-            w["trace"],
-            w["done"],
-            w["terminated"],
-            0.9,
-        )
+        expected = scalar_reference(reference.retrace_targets_td_form, w, 0.9)
         torch.testing.assert_close(out, expected)
 
     def test_per_step_gamma_tensor(self):
         w = reference.random_window((4,), time=6, seed=3)
         gamma = torch.rand(4, 6, 1, dtype=torch.float64)
         out = retrace_targets(**retrace_inputs(w), gamma=gamma)
-        expected = reference.retrace_targets(
-            w["reward"],
-            w["chosen_action_value"],
-            w["next_state_value"],
-            w["trace"],
-            w["done"],
-            w["terminated"],
-            gamma,
-        )
+        expected = scalar_reference(reference.retrace_targets, w, gamma)
         torch.testing.assert_close(out, expected)
 
     def test_float32_matches_float64(self):
