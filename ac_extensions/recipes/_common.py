@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 from torchrl.collectors import MultiSyncCollector
+from torchrl.weight_update import SharedMemWeightSyncScheme
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,29 @@ class RunConfig:
         return self.workers * self.envs_per_worker * self.rollout_length
 
 
+class SharedWeights(SharedMemWeightSyncScheme):
+    """TorchRL's shared-memory weight sync, minus its finaliser.
+
+    ``WeightSyncScheme.__del__`` calls ``shutdown()``, which puts a message on a
+    ``multiprocessing.Queue`` and so starts the queue's feeder thread. Run from the garbage
+    collector, that can deadlock: if the collection happens while the thread machinery's lock
+    is held (inside another ``Thread.start``), the new thread never starts and the process
+    waits forever. Seen with torchrl 0.14.1 in a worker at start-up (py-spy: ``__del__`` →
+    ``_shared.py:1117 shutdown`` → ``Queue.put`` → ``Thread.start``) and in the main process
+    at interpreter exit (research/anchors.md §1b). Every copy of this class (the workers
+    unpickle their own) is shut down explicitly instead: the workers' copies by TorchRL's
+    worker loop, the trainer's by :func:`stop_collector`.
+    """
+
+    def __del__(self) -> None:
+        pass
+
+
 def start_collector(config: RunConfig, env_factory: Callable, policy: nn.Module):
-    """``MultiSyncCollector`` with ``config.workers`` processes, seeded; yields ``[W, E, T]``."""
+    """``MultiSyncCollector`` with ``config.workers`` processes, seeded; yields ``[W, E, T]``.
+
+    Weights reach the workers through shared memory (:class:`SharedWeights`).
+    """
     collector = MultiSyncCollector(
         [env_factory] * config.workers,
         policy,
@@ -69,6 +91,7 @@ def start_collector(config: RunConfig, env_factory: Callable, policy: nn.Module)
         env_device="cpu",
         policy_device=config.device,
         storing_device=config.device,
+        weight_sync_schemes={"policy": SharedWeights()},
     )
     collector.set_seed(config.seed)
     return collector
@@ -77,10 +100,12 @@ def start_collector(config: RunConfig, env_factory: Callable, policy: nn.Module)
 def stop_collector(collector) -> None:
     """Shut the workers down and drop the collector while the interpreter is fully alive.
 
-    Its weight-sync objects start a thread in ``__del__``, which hangs if that runs at
-    interpreter exit (torchrl 0.14.1, research/anchors.md §1b).
+    TorchRL leaves the weight-sync scheme's clean-up to its finaliser, which can hang
+    (:class:`SharedWeights`); it is shut down here, explicitly.
     """
     collector.shutdown()
+    for scheme in (getattr(collector, "_weight_sync_schemes", None) or {}).values():
+        scheme.shutdown()
     del collector
     gc.collect()
 

@@ -16,7 +16,8 @@ One iteration:
    for recurrent ones, which the loss replays from their stored hidden state), gradient
    clipping, linear learning-rate (and PPO clip) annealing, optional early stop of an epoch
    on a KL target.
-5. Metrics: ``train/*`` (returns, losses, diagnostics), ``eval/*`` (greedy evaluation
+5. Metrics: ``train/*`` (returns, losses averaged over the steps, diagnostics over the last
+   minibatch of each epoch), ``eval/*`` (greedy evaluation
    episodes, when enabled), ``time/*`` (frames, frames per second, seconds per phase).
 """
 
@@ -145,8 +146,13 @@ def build(config: OnPolicyConfig):
         recurrent_size=config.recurrent_size,
     )
     actor, critic = actor.to(config.device), critic.to(config.device)
+    # functional=False: the loss calls the networks directly instead of swapping functional
+    # parameters in on every call (same math, ~0.2 ms less per step on this machine).
     common = dict(
-        entropy_coeff=config.entropy_coeff, critic_coeff=config.critic_coeff, loss_critic_type="l2"
+        entropy_coeff=config.entropy_coeff,
+        critic_coeff=config.critic_coeff,
+        loss_critic_type="l2",
+        functional=False,
     )
     if config.algorithm == "ppo":
         loss = SequencePPOLoss(
@@ -157,11 +163,14 @@ def build(config: OnPolicyConfig):
             normalize_advantage=config.normalize_advantage,
             **common,
         )
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5)
+        # fused: one kernel for all parameters (0.06 vs 0.23 ms per step for the 2×64 MLPs).
+        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5, fused=True)
     else:
         loss = SequenceA2CLoss(actor, critic, **common)
         # A2C's RMSprop settings (Mnih et al., 2016; SB3's A2C defaults).
-        optimizer = torch.optim.RMSprop(loss.parameters(), lr=config.lr, alpha=0.99, eps=1e-5)
+        optimizer = torch.optim.RMSprop(
+            loss.parameters(), lr=config.lr, alpha=0.99, eps=1e-5, foreach=True
+        )
     return actor, critic, loss, optimizer
 
 
@@ -302,7 +311,11 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
             logs: dict[str, list[float]] = {}
             stopped_early = 0.0
             for _ in range(epochs):
-                for minibatch in minibatches(batch, config, generator):
+                # Diagnostics (entropy, clip fraction, KL, ...) on the last minibatch of each
+                # epoch only: the KL early stop reads them, and they cost ~0.2 ms per step.
+                cuts = list(minibatches(batch, config, generator))
+                for index, minibatch in enumerate(cuts):
+                    loss_module.diagnostics = index == len(cuts) - 1
                     out = loss_module(minibatch)
                     total = sum(v for k, v in out.items() if k.startswith("loss_"))
                     optimizer.zero_grad(set_to_none=True)
@@ -317,6 +330,7 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
                 if config.target_kl is not None and logs["kl_approx"][-1] > 1.5 * config.target_kl:
                     stopped_early = 1.0
                     break
+            loss_module.diagnostics = True
             collector.update_policy_weights_()
             update_time = time.perf_counter() - update_start
 

@@ -94,6 +94,25 @@ class TestAgainstTorchRL:
         for a, b in zip(g_a, g_b, strict=True):
             torch.testing.assert_close(a, b)
 
+    @pytest.mark.parametrize("cls", [SequencePPOLoss, SequenceA2CLoss])
+    def test_non_functional_and_diagnostics_off_keep_the_losses(self, networks, cls):
+        # The recipe's fast settings: networks called directly (functional=False) and no
+        # diagnostics. Same loss_* values and gradients, and only loss_* entries come out.
+        td = batch((4, 10), networks=networks, seed=3)
+        td["action_log_prob"] = td["action_log_prob"] + 0.3  # ratios away from 1: clipping on
+        addon = KLPenalty(copy.deepcopy(networks[0]), coeff=0.5)
+        reference = cls(*networks, functional=True, addons=[addon])
+        fast = cls(*networks, functional=False, addons=[addon])
+        fast.diagnostics = False
+        out_a, g_a = grads(reference, td.clone())
+        out_b, g_b = grads(fast, td.clone())
+        assert sorted(out_b.keys()) == sorted(k for k in out_a.keys() if k.startswith("loss_"))
+        assert "loss_kl_reference" in out_b.keys()
+        for key in out_b.keys():
+            torch.testing.assert_close(out_a[key], out_b[key], msg=key)
+        for a, b in zip(g_a, g_b, strict=True):
+            torch.testing.assert_close(a, b)
+
 
 class TestSequenceBatches:
     @pytest.mark.parametrize("cls", [SequencePPOLoss, SequenceA2CLoss])
