@@ -5,8 +5,10 @@ scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algor
 
 1. ``MultiSyncCollector`` workers step batches of environments for T steps; the policy stores
    its logits as the behavior distribution µ (``("behavior", "logits")``).
-2. The fresh batch ``[W·E, T]`` goes into the replay (each row one T-step sequence) and gives
-   one on-policy update.
+2. The fresh batch ``[W·E, T]`` gives one on-policy update and goes into a TorchRL replay
+   buffer of steps (``LazyTensorStorage``, or ``LazyMemmapStorage`` on request); a
+   ``SliceSampler`` draws whole T-step sequences back from it (each row carries its own
+   sequence id, so a slice never straddles two rows: Retrace handles the episode ends inside).
 3. Once the replay holds ``replay_start`` frames, n ~ Poisson(``replay_ratio``) off-policy
    updates on sampled sequences follow.
 4. After every optimiser step the average policy moves: θ_avg ← α θ_avg + (1 − α) θ
@@ -22,7 +24,7 @@ from functools import partial
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.objectives import SoftUpdate
 
 from ac_extensions.modules import make_actor_critic, make_qvalue
@@ -122,6 +124,23 @@ REPLAY_KEYS = (
     ("next", "done"),
     ("next", "terminated"),
 )
+SEQUENCE_KEY = ("replay", "sequence")
+"""Per-row sequence id written before storage: the ``SliceSampler``'s trajectory key."""
+
+
+def make_replay(config: ACERConfig) -> ReplayBuffer:
+    """Replay of steps sampled as ``batch_size`` whole sequences of ``rollout_length`` steps.
+
+    The capacity is ``replay_capacity`` rounded down to whole sequences, so overwriting (FIFO)
+    always replaces whole rows. A sample is flat ``[batch_size · T]``; reshape to ``[-1, T]``.
+    """
+    length = config.rollout_length
+    capacity = max(1, config.replay_capacity // length) * length
+    storage = LazyMemmapStorage(capacity) if config.memmap else LazyTensorStorage(capacity)
+    sampler = SliceSampler(
+        slice_len=length, traj_key=SEQUENCE_KEY, strict_length=True, cache_values=True
+    )
+    return ReplayBuffer(storage=storage, sampler=sampler, batch_size=config.batch_size * length)
 
 
 def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
@@ -130,9 +149,8 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     policy, loss_module, optimizer, average = build(config)
-    rows = max(1, config.replay_capacity // config.rollout_length)
-    storage = LazyMemmapStorage(rows) if config.memmap else LazyTensorStorage(rows)
-    replay = ReplayBuffer(storage=storage, batch_size=config.batch_size)
+    replay = make_replay(config)
+    sequences = 0
     collector = start_collector(config, partial(make_env, config), policy)
     progress = Progress(config.return_window)
 
@@ -151,16 +169,20 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
             returns = finished_returns(batch)
             batch = batch.select(*REPLAY_KEYS)
-            replay.extend(batch)
+            rows, length = batch.shape
+            ids = torch.arange(sequences, sequences + rows).unsqueeze(-1).expand(rows, length)
+            sequences += rows
+            replay.extend(batch.set(SEQUENCE_KEY, ids).reshape(-1))
 
             logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()}
             replayed: dict[str, list[float]] = {}
             n_replay = 0
-            if len(replay) * config.rollout_length >= config.replay_start:
+            if len(replay) >= config.replay_start:
                 rate = torch.tensor(float(config.replay_ratio))
                 n_replay = int(torch.poisson(rate, generator=generator))
                 for _ in range(n_replay):
-                    for key, value in update(replay.sample()).items():
+                    sample = replay.sample().reshape(-1, length)
+                    for key, value in update(sample).items():
                         replayed.setdefault(key, []).append(value)
             logs |= {f"train/replay/{k}": sum(v) / len(v) for k, v in replayed.items()}
             collector.update_policy_weights_()
@@ -170,7 +192,7 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
                 | progress.update(batch.numel(), returns)
                 | {
                     "train/replay_updates": float(n_replay),
-                    "train/replay_frames": float(len(replay) * config.rollout_length),
+                    "train/replay_frames": float(len(replay)),
                 }
             )
     finally:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+from tensordict import TensorDict
 
-from ac_extensions.recipes.acer import ACERConfig, train
+from ac_extensions.recipes.acer import SEQUENCE_KEY, ACERConfig, make_replay, train
 
 
 @pytest.mark.slow
@@ -17,6 +19,26 @@ def test_acer_improves_cartpole_clearly():
     metrics = list(train(ACERConfig(frames=40_000, seed=0)))
     windows = [m["train/return_window"] for m in metrics if m["train/return_window_size"] >= 20]
     assert max(windows) > 150, max(windows)
+
+
+@pytest.mark.parametrize("memmap", [False, True])
+def test_replay_samples_whole_stored_sequences_after_wrapping(memmap):
+    # 3 sequences of 5 steps fit; 4 batches of 2 rows are written, so the storage wraps (FIFO)
+    # and every sample must still be whole rows of the last 3 written, steps in order.
+    config = ACERConfig(rollout_length=5, replay_capacity=17, batch_size=6, memmap=memmap)
+    replay = make_replay(config)
+    for b in range(4):
+        step = torch.arange(10).reshape(2, 5) + 100 * b
+        ids = torch.tensor([[2 * b], [2 * b + 1]]).expand(2, 5)
+        td = TensorDict({"step": step, SEQUENCE_KEY: ids}, [2, 5])
+        replay.extend(td.reshape(-1))
+    assert len(replay) == 15
+    rows = replay.sample().reshape(-1, 5)
+    assert rows.shape == (6, 5)
+    ids = rows[SEQUENCE_KEY]
+    assert (ids == ids[:, :1]).all()
+    assert (rows["step"].diff(dim=-1) == 1).all()
+    assert set(ids[:, 0].tolist()) <= {5, 6, 7}  # only the last 3 rows written survive
 
 
 @pytest.mark.timeout(120)
