@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ac_extensions.modules.acer import NatureCNN, make_acer_actor
 from ac_extensions.modules.actor_critic import (
     collection_policy,
     make_actor_critic,
@@ -9,4 +10,11 @@ from ac_extensions.modules.actor_critic import (
     recurrent_env_transforms,
 )
 
-__all__ = ["collection_policy", "make_actor_critic", "make_qvalue", "recurrent_env_transforms"]
+__all__ = [
+    "NatureCNN",
+    "collection_policy",
+    "make_acer_actor",
+    "make_actor_critic",
+    "make_qvalue",
+    "recurrent_env_transforms",
+]

@@ -10,6 +10,7 @@ from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
 from torch import Tensor
+from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
@@ -54,10 +55,18 @@ class ACERLoss(LossModule):
     to date with ``torchrl.objectives.SoftUpdate(loss, eps=average_policy_decay)`` stepped after
     every optimiser step (θ_avg ← α θ_avg + (1 − α) θ). ``trust_region_delta=inf`` disables it.
 
+    Networks: either a separate ``qvalue_network``, or ``qvalue_network=None`` and an actor
+    that writes ``action_value`` beside ``logits`` in the same pass (the policy-plus-Q head
+    with a shared torso, :func:`~ac_extensions.modules.make_acer_actor`). Recurrent networks
+    (``LSTMModule`` / ``GRUModule`` inside) run over the whole ``[B, T]`` sequence from the
+    hidden state stored at its first step; the values of the next states are computed step by
+    step from the hidden states stored under ``("next", ...)`` at collection.
+
     Args:
         actor_network: module writing the policy logits (``logits``) from the observation; a
             TorchRL ``ProbabilisticActor`` works (its distribution parameters are used).
-        qvalue_network: module writing ``action_value`` ([*B, A]).
+        qvalue_network: module writing ``action_value`` ([*B, A]); ``None`` if the actor
+            writes it.
         gamma: discount γ.
         truncation_threshold: c of the truncated importance weight (paper: 10).
         trust_region_delta: δ (paper: 1; ``inf`` disables the trust region).
@@ -111,7 +120,7 @@ class ACERLoss(LossModule):
     def __init__(
         self,
         actor_network: TensorDictModule,
-        qvalue_network: TensorDictModule,
+        qvalue_network: TensorDictModule | None = None,
         *,
         gamma: float = 0.99,
         truncation_threshold: float = 10.0,
@@ -130,7 +139,9 @@ class ACERLoss(LossModule):
         self._tensor_keys = self._AcceptedKeys()
         # The average policy is the actor's target parameters (kept by SoftUpdate).
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
-        self.convert_to_functional(qvalue_network, "qvalue_network")
+        self._shared_head = qvalue_network is None
+        if not self._shared_head:
+            self.convert_to_functional(qvalue_network, "qvalue_network")
         self.gamma = gamma
         self._value_estimator = None
         self.truncation_threshold = truncation_threshold
@@ -143,7 +154,7 @@ class ACERLoss(LossModule):
     def in_keys(self) -> list:
         """Keys read from the input."""
         keys = self.tensor_keys
-        net_keys = [*self.actor_network.in_keys, *self.qvalue_network.in_keys]
+        net_keys = [*self.actor_network.in_keys, *self._qvalue_in_keys()]
         return [
             *dict.fromkeys(net_keys),
             keys.action,
@@ -203,17 +214,33 @@ class ACERLoss(LossModule):
             )
 
     # ------------------------------------------------------------------ helpers
-    def _logits(self, tensordict: TensorDictBase, params: TensorDictParams) -> Tensor:
+    def _qvalue_in_keys(self) -> list:
+        return [] if self._shared_head else list(self.qvalue_network.in_keys)
+
+    def _actor_outputs(
+        self, tensordict: TensorDictBase, params: TensorDictParams
+    ) -> tuple[Tensor, Tensor | None]:
+        """(logits, action values written by the actor or None), both [*B, T, A]."""
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
         with params.to_module(self.actor_network):
             net = self.actor_network
             out = net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
-        return out.get(self.tensor_keys.logits)
+        return out.get(self.tensor_keys.logits), out.get(self.tensor_keys.action_value, None)
 
-    def _action_values(self, tensordict: TensorDictBase) -> Tensor:
+    def _policy_and_q(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
+        """Current logits and Q(x, ·), [*B, T, A] each."""
+        logits, q = self._actor_outputs(tensordict, self.actor_network_params)
+        if self._shared_head:
+            if q is None:
+                raise KeyError(
+                    f"{type(self).__name__}: qvalue_network is None but the actor wrote no "
+                    f"{self.tensor_keys.action_value!r} (expected shape "
+                    f"{[*tensordict.batch_size, logits.shape[-1]]})"
+                )
+            return logits, q
         inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
         with self.qvalue_network_params.to_module(self.qvalue_network):
-            return self.qvalue_network(inputs).get(self.tensor_keys.action_value)
+            return logits, self.qvalue_network(inputs).get(self.tensor_keys.action_value)
 
     def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         keys, batch = self.tensor_keys, tensordict.batch_size
@@ -227,7 +254,7 @@ class ACERLoss(LossModule):
             ("next", keys.done),
             ("next", keys.terminated),
         ]
-        for key in [*self.actor_network.in_keys, *self.qvalue_network.in_keys, *required]:
+        for key in [*self.actor_network.in_keys, *self._qvalue_in_keys(), *required]:
             if tensordict.get(key, None) is None:
                 raise KeyError(
                     f"{name}: the input (batch_size {list(batch)}) has no key {key!r}"
@@ -277,12 +304,15 @@ class ACERLoss(LossModule):
         nxt = tensordict.get("next")
 
         # Current policy as its statistics φ = π(·|x_t); log π = log φ so that g = ∂J/∂φ.
-        logits = self._logits(tensordict, self.actor_network_params)  # [*B, T, A]
+        logits, q = self._policy_and_q(tensordict)  # π logits, Q(x_t, ·)   [*B, T, A] each
         probs = logits.softmax(-1)
         log_probs = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
-        q = self._action_values(tensordict)  # Q(x_t, ·)              [*B, T, A]
         with torch.no_grad():
-            average_probs = self._logits(tensordict, self.target_actor_network_params).softmax(-1)
+            average_logits, _ = self._actor_outputs(tensordict, self.target_actor_network_params)
+            average_probs = average_logits.softmax(-1)
+            # Next states: step by step from the stored hidden states (recurrent networks).
+            with set_recurrent_mode(False):
+                next_logits, next_q = self._policy_and_q(nxt)
             # Q^ret (Eq. 5) from the registered estimator, on detached network outputs.
             estimate = TensorDict(
                 {
@@ -291,8 +321,8 @@ class ACERLoss(LossModule):
                     keys.logits: logits.detach(),
                     keys.action_value: q.detach(),
                     "next": {
-                        keys.logits: self._logits(nxt, self.actor_network_params),
-                        keys.action_value: self._action_values(nxt),
+                        keys.logits: next_logits,
+                        keys.action_value: next_q,
                         keys.reward: nxt.get(keys.reward),
                         keys.done: nxt.get(keys.done),
                         keys.terminated: nxt.get(keys.terminated),

@@ -1,0 +1,119 @@
+"""ACER with its policy-plus-Q network: shared head, CNN torso, recurrent replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torchrl.collectors import Collector
+from torchrl.envs import GymEnv, TransformedEnv
+from torchrl.modules import set_recurrent_mode
+
+from ac_extensions.modules import make_acer_actor, recurrent_env_transforms
+from ac_extensions.modules.acer import NatureCNN, _Heads
+from ac_extensions.objectives import ACERLoss
+from tests.objectives.test_acer import sequences
+
+OBS, ACT = 4, 3
+
+
+def split_networks(actor):
+    """The same function as ``actor`` as two modules (policy and Q) sharing the torso."""
+    body = actor.module[0]
+    torso = body[0].module
+    heads: _Heads = body[-1].module
+    policy = TensorDictModule(torch.nn.Sequential(torso, heads.policy), ["observation"], ["logits"])
+    qvalue = TensorDictModule(
+        torch.nn.Sequential(torso, heads.qvalue), ["observation"], ["action_value"]
+    )
+    return policy, qvalue
+
+
+def test_shared_head_equals_separate_networks_with_the_same_weights():
+    torch.manual_seed(0)
+    actor = make_acer_actor(OBS, ACT, hidden_sizes=(16,))
+    td = sequences(seed=1)
+    shared = ACERLoss(actor, None, gamma=0.9)
+    separate = ACERLoss(*split_networks(actor), gamma=0.9)
+    out_a = shared(td.clone())
+    out_b = separate(td.clone())
+    for key in out_a.keys():
+        torch.testing.assert_close(out_a[key], out_b[key], msg=key)
+    # Gradients reach the shared torso from both the critic and the policy terms.
+    total = out_a["loss_objective"] + out_a["loss_critic"]
+    params = dict(shared.actor_network_params.items(True, True))
+    names = list(params)
+    grads = torch.autograd.grad(total, list(params.values()), allow_unused=True)
+    prefix = ("module", "0", "module", "0")  # the torso, first module of the sequence
+    torso = [g for n, g in zip(names, grads, strict=True) if n[:4] == prefix]
+    assert len(torso) == 2 and all(g is not None and g.abs().sum() > 0 for g in torso)
+
+
+def test_shared_head_without_action_value_is_an_error():
+    actor = TensorDictModule(torch.nn.Linear(OBS, ACT), ["observation"], ["logits"])
+    with pytest.raises(KeyError, match="action_value"):
+        ACERLoss(actor, None)(sequences())
+
+
+def test_nature_cnn_shapes_and_bad_input():
+    net = NatureCNN(4)
+    assert net(torch.zeros(5, 4, 84, 84, dtype=torch.uint8)).shape == (5, 512)
+    with pytest.raises(ValueError, match=r"\[\*B, C, 84, 84\]"):
+        net(torch.zeros(5, 4, 64, 64))
+
+
+def test_cnn_actor_runs_the_loss_on_frames():
+    torch.manual_seed(0)
+    actor = make_acer_actor((4, 84, 84), 6, torso="cnn")
+    gen = torch.Generator().manual_seed(0)
+    shape = (2, 3)
+    frames = torch.randint(0, 256, (*shape, 4, 84, 84), dtype=torch.uint8, generator=gen)
+    td = TensorDict(
+        {
+            "observation": frames,
+            "action": torch.randint(6, shape, generator=gen),
+            ("behavior", "logits"): torch.randn(*shape, 6, generator=gen),
+            ("next", "observation"): frames.roll(1, 1),
+            ("next", "reward"): torch.ones(*shape, 1),
+            ("next", "done"): torch.zeros(*shape, 1, dtype=torch.bool),
+            ("next", "terminated"): torch.zeros(*shape, 1, dtype=torch.bool),
+        },
+        shape,
+    )
+    out = ACERLoss(actor, None)(td)
+    (out["loss_objective"] + out["loss_critic"]).backward()
+    assert all(torch.isfinite(v) for v in out.values())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_recurrent_replay_matches_collection_and_step_by_step_values(cell):
+    # Collect with a recurrent policy-plus-Q actor (hidden state stored by the primer), then
+    # check: (1) replaying the [B, T] sequence in recurrent mode reproduces the collection-time
+    # logits (so the loss trains the policy that acted); (2) the loss's next-state values are
+    # the step-by-step ones from the stored next hidden states, even across an episode end.
+    torch.manual_seed(0)
+    actor = make_acer_actor(4, 2, hidden_sizes=(16,), recurrent=cell, recurrent_size=8)
+    env = TransformedEnv(GymEnv("CartPole-v1"), recurrent_env_transforms(actor))
+    env.set_seed(0)
+    collector = Collector(env, actor, frames_per_batch=60, total_frames=60)
+    batch = next(iter(collector)).unsqueeze(0)  # [1, 60], episodes end inside
+    collector.shutdown()
+    assert batch["next", "done"].any()
+    batch["behavior", "logits"] = batch["logits"].clone()
+
+    loss = ACERLoss(actor, None, gamma=0.9)
+    with set_recurrent_mode(True), torch.no_grad():
+        replay_logits, _ = loss._actor_outputs(batch, loss.actor_network_params)
+    torch.testing.assert_close(replay_logits, batch["logits"])
+
+    nxt = batch["next"]
+    with torch.no_grad():
+        _, next_q = loss._policy_and_q(nxt)  # sequential (the loss's own mode for next)
+        expected = torch.stack(
+            [actor(nxt[:, t].clone())["action_value"] for t in range(nxt.shape[1])], 1
+        )
+    torch.testing.assert_close(next_q, expected)
+    out = loss(batch)
+    assert all(torch.isfinite(v) for v in out.values())
