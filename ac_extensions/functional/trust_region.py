@@ -172,6 +172,10 @@ def normal_kl_gradient(
 
         KL = Σ_i [ log σ_i/σ_avg,i + (σ_avg,i² + (m_avg,i − m_i)²) / (2σ_i²) − ½ ]
         k_m = (m − m_avg) / σ²,   k_σ = 1/σ − (σ_avg² + (m_avg − m)²) / σ³
+                                      = (σ² − σ_avg² − (m_avg − m)²) / σ³
+
+    (the last form is computed: it is exactly 0 in floating point when N_avg = N, where the
+    first rounds to up to ~2e-6 in float32 and would make a δ = 0 trust region act on noise.)
 
     The continuous-action trust region of Wang et al., 2017, arXiv:1611.01224v2, §5 (applied to
     the Gaussian's statistics).
@@ -195,5 +199,5 @@ def normal_kl_gradient(
     check_floating(average_loc=average_loc, average_scale=average_scale, loc=loc, scale=scale)
     m_a, s_a, m, s = (x.detach() for x in (average_loc, average_scale, loc, scale))
     k_loc = (m - m_a) / s.pow(2)
-    k_scale = 1.0 / s - (s_a.pow(2) + (m_a - m).pow(2)) / s.pow(3)
+    k_scale = (s.pow(2) - s_a.pow(2) - (m_a - m).pow(2)) / s.pow(3)
     return k_loc, k_scale

@@ -9,12 +9,15 @@ from ac_extensions.modules.actor_critic import (
     make_qvalue,
     recurrent_env_transforms,
 )
+from ac_extensions.modules.dueling import StochasticDuelingNetwork, make_continuous_actor_critic
 
 __all__ = [
     "NatureCNN",
+    "StochasticDuelingNetwork",
     "collection_policy",
     "make_acer_actor",
     "make_actor_critic",
+    "make_continuous_actor_critic",
     "make_qvalue",
     "recurrent_env_transforms",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ac_extensions.objectives.a2c import SequenceA2CLoss
 from ac_extensions.objectives.acer import ACERLoss
+from ac_extensions.objectives.acer_continuous import ContinuousACERLoss
 from ac_extensions.objectives.addons import KLPenalty, PolicyLossAddon
 from ac_extensions.objectives.ppo import SequencePPOLoss
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
@@ -11,6 +12,7 @@ from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 __all__ = [
     "ACERLoss",
     "ACValueEstimators",
+    "ContinuousACERLoss",
     "KLPenalty",
     "PolicyLossAddon",
     "RetraceEstimator",

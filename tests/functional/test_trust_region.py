@@ -153,6 +153,15 @@ class TestKLGradients:
         torch.testing.assert_close(k_loc, gm)
         torch.testing.assert_close(k_scale, gs)
 
+    def test_normal_kl_gradient_is_exactly_zero_at_the_average(self):
+        # At N_avg = N the direction must vanish in float32 too (1/σ − σ²/σ³ rounds to ~1e-6,
+        # which a δ = 0 trust region would act on).
+        gen = torch.Generator().manual_seed(6)
+        m = torch.randn(10_000, generator=gen)
+        s = torch.rand(10_000, generator=gen) * 2 + 0.05
+        k_loc, k_scale = normal_kl_gradient(m, s, m.clone(), s.clone())
+        assert (k_loc == 0).all() and (k_scale == 0).all()
+
     def test_categorical_kl_gradient_shape_mismatch(self):
         with pytest.raises(ValueError, match="probs"):
             categorical_kl_gradient(torch.ones(2, 3), torch.ones(2, 4))
