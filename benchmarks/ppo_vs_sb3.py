@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import time
 from collections import deque
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _threshold import THRESHOLD, run_child, run_recipe, write_table
+
 RESULTS = Path(__file__).resolve().parent / "results"
-THRESHOLD = 475.0
 
 # Variants of our recipe (PPOConfig overrides) benchmarked against SB3.
 OURS = {
@@ -99,36 +99,13 @@ def run_ours(seed: int, frames: int, overrides: dict) -> dict:
     from ac_extensions.recipes import PPOConfig
     from ac_extensions.recipes.ppo import train
 
-    start = time.perf_counter()
-    hit = None
-    last = {}
-    for metrics in train(PPOConfig(frames=frames, seed=seed, **overrides)):
-        last = metrics
-        if (
-            hit is None
-            and metrics["train/return_window_size"] >= 20
-            and metrics["train/return_window"] >= THRESHOLD
-        ):
-            hit = (metrics["time/frames"], time.perf_counter() - start)
-    wall = time.perf_counter() - start
-    return {
-        "frames_to_475": hit[0] if hit else None,
-        "seconds_to_475": hit[1] if hit else None,
-        "frames": last["time/frames"],
-        "seconds": wall,
-        "fps": last["time/frames"] / wall,
-    }
+    return run_recipe(lambda: train(PPOConfig(frames=frames, seed=seed, **overrides)))
 
 
 def child(argv: list[str]) -> None:
     which, seed, frames = argv[0], int(argv[1]), int(argv[2])
     result = run_sb3(seed, frames) if which == "sb3" else run_ours(seed, frames, OURS[which])
     print("RESULT " + json.dumps(result), flush=True)
-
-
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
 
 
 def main() -> None:
@@ -141,73 +118,16 @@ def main() -> None:
     for seed in args.seeds:
         for name in runs:
             which = "sb3" if name == "sb3 (zoo)" else name
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", which, str(seed), str(args.frames)],
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if not line:
-                raise RuntimeError(f"{name} seed {seed} failed:\n{out.stderr[-3000:]}")
-            result = json.loads(line[-1][7:]) | {"seed": seed}
+            result = run_child(__file__, which, seed, args.frames)
             runs[name].append(result)
             print(f"{name:22s} seed {seed}: {result}", flush=True)
-    base = {
-        k: median(r[k] for r in runs["sb3 (zoo)"])
-        for k in ("frames_to_475", "seconds_to_475", "fps")
-    }
-    rows = [
-        "| run | seeds reaching 475 | frames to 475 (median) | s to 475 (median) | fps "
-        "(median) | frames ratio vs SB3 | fps ratio vs SB3 |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    summary = {}
-    for name, results in runs.items():
-        med = {k: median(r[k] for r in results) for k in ("frames_to_475", "seconds_to_475", "fps")}
-        reached = sum(r["frames_to_475"] is not None for r in results)
-        frames_ratio = (
-            med["frames_to_475"] / base["frames_to_475"]
-            if med["frames_to_475"] and base["frames_to_475"]
-            else None
-        )
-        fps_ratio = med["fps"] / base["fps"]
-        summary[name] = med | {
-            "reached": reached,
-            "frames_ratio": frames_ratio,
-            "fps_ratio": fps_ratio,
-        }
-
-        def fmt(x, spec):
-            return "—" if x is None else format(x, spec)
-
-        rows.append(
-            f"| {name} | {reached}/{len(results)} | {fmt(med['frames_to_475'], ',.0f')} "
-            f"| {fmt(med['seconds_to_475'], '.1f')} | {med['fps']:,.0f} | "
-            f"{fmt(frames_ratio, '.2f')} | {fps_ratio:.2f} |"
-        )
-    table = "\n".join(rows)
-    print("\n" + table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     header = (
         f"# PPO on CartPole-v1 vs Stable-Baselines3\n\nCommand: `python benchmarks/"
         f"ppo_vs_sb3.py --seeds {' '.join(map(str, args.seeds))}` ({args.frames:,} frames "
         f"per run, each run a fresh process, run one after the other on the same machine; "
         f"wall time includes model/collector construction).\n\n"
     )
-    per_run = "\n".join(
-        f"- {name}, seed {r['seed']}: "
-        + json.dumps(
-            {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items() if k != "seed"}
-        )
-        for name, results in runs.items()
-        for r in results
-    )
-    args.out.write_text(header + table + "\n\nPer run:\n\n" + per_run + "\n")
-    args.out.with_suffix(".json").write_text(
-        json.dumps({"runs": runs, "summary": summary}, indent=1)
-    )
-    print(f"wrote {args.out}")
+    write_table(runs, "sb3 (zoo)", args.out, header)
 
 
 if __name__ == "__main__":
