@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint run bench-functional bench-ppo clean
+.PHONY: venv test lint run bench-functional bench-ppo bench-acer clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ run: venv
 bench-ppo: venv
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/ppo_vs_sb3.py --seeds 1 2 3
+
+bench-acer: venv
+	$(BIN)/python benchmarks/acer_update.py
+	$(BIN)/python benchmarks/acer_vs_ppo.py --seeds 1 2 3
 
 bench-functional: venv
 	$(BIN)/python benchmarks/functional_ops.py

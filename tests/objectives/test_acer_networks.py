@@ -117,3 +117,39 @@ def test_recurrent_replay_matches_collection_and_step_by_step_values(cell):
     torch.testing.assert_close(next_q, expected)
     out = loss(batch)
     assert all(torch.isfinite(v) for v in out.values())
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_next_values_reuse_the_current_pass_exactly(shared, monkeypatch):
+    # A consistent stream (x_{t+1} = next row's observation except after an episode end): the
+    # loss shifts its current-pass outputs instead of running the networks on ("next", ...).
+    # Same outputs and gradients as the full next pass, and fewer network inputs.
+    torch.manual_seed(0)
+    actor = make_acer_actor(OBS, ACT, hidden_sizes=(16,))
+    loss = ACERLoss(actor, None) if shared else ACERLoss(*split_networks(actor))
+    gen = torch.Generator().manual_seed(2)
+    stream = torch.randn(3, 8, OBS, generator=gen)
+    td = sequences((3, 7), seed=4)
+    td["observation"], td["next", "observation"] = stream[:, :-1], stream[:, 1:].clone()
+    done = td["next", "done"].squeeze(-1)
+    td["next", "observation"][done] = torch.randn(int(done.sum()), OBS, generator=gen)
+
+    seen = []
+    original = ACERLoss._policy_and_q
+    monkeypatch.setattr(
+        ACERLoss, "_policy_and_q", lambda self, x: seen.append(x.numel()) or original(self, x)
+    )
+    fast = loss(td.clone())
+    fast_grads = torch.autograd.grad(
+        fast["loss_objective"] + fast["loss_critic"], list(loss.parameters()), allow_unused=True
+    )
+    assert seen == [3 * 7, int(done[:, :-1].sum()) + 3]  # current pass, then the fresh ones
+    monkeypatch.setattr(ACERLoss, "_next_outputs", lambda self, td, nxt, lg, q: original(self, nxt))
+    full = loss(td.clone())
+    full_grads = torch.autograd.grad(
+        full["loss_objective"] + full["loss_critic"], list(loss.parameters()), allow_unused=True
+    )
+    for key in fast.keys():
+        torch.testing.assert_close(fast[key], full[key], msg=key)
+    for a, b in zip(fast_grads, full_grads, strict=True):
+        torch.testing.assert_close(a, b)
