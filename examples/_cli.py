@@ -27,8 +27,12 @@ def _parser_for(hint):
     return _none_or(str)
 
 
-def parse_config(config_cls, description: str, argv=None):
-    """Build ``config_cls`` from command-line flags named after its fields."""
+def parse_config(config_cls, description: str, argv=None, defaults=None):
+    """Build ``config_cls`` from command-line flags named after its fields.
+
+    ``defaults`` overrides the config's own defaults for this script (a flag still wins).
+    """
+    defaults = defaults or {}
     parser = argparse.ArgumentParser(description=description)
     hints = typing.get_type_hints(config_cls)
     for field in dataclasses.fields(config_cls):
@@ -37,8 +41,8 @@ def parse_config(config_cls, description: str, argv=None):
         parser.add_argument(
             f"--{field.name}",
             type=_parser_for(hints[field.name]),
-            default=field.default,
-            help=f"(default: {field.default})",
+            default=defaults.get(field.name, field.default),
+            help=f"(default: {defaults.get(field.name, field.default)})",
         )
     args = parser.parse_args(argv)
     return config_cls(**vars(args))

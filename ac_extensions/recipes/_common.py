@@ -19,7 +19,7 @@ class RunConfig:
     """Fields common to every recipe (defaults: CartPole-v1 on this 2-core machine)."""
 
     env_id: str = "CartPole-v1"
-    """Gymnasium id with a discrete action space."""
+    """Gymnasium id (a discrete action space; the ACER recipe also takes a 1-D Box)."""
     frames: int = 100_000
     """Total environment frames to collect."""
     workers: int = 2

@@ -1,10 +1,12 @@
-"""ACER (discrete) on TorchRL's multi-process collector with a replay of sequences.
+"""ACER on TorchRL's multi-process collector with a replay of sequences.
 
 Reads top to bottom: :class:`ACERConfig` → :func:`train`, a generator yielding one dict of
 scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algorithm 1:
 
 1. ``MultiSyncCollector`` workers step batches of environments for T steps; the policy stores
-   its logits as the behavior distribution µ (``("behavior", "logits")``).
+   the behavior distribution µ: its logits (``("behavior", "logits")``) for a discrete action
+   space, its Gaussian statistics (``("behavior", "loc")``, ``("behavior", "scale")``) for a
+   continuous one (§5; the action space is read from the env's action spec).
 2. The fresh batch ``[W·E, T]`` gives one on-policy update and goes into a TorchRL replay
    buffer of steps (``LazyTensorStorage``, or ``LazyMemmapStorage`` on request); a
    ``SliceSampler`` draws whole T-step sequences back from it (each row carries its own
@@ -17,6 +19,7 @@ scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -27,10 +30,15 @@ from torch import nn
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.objectives import SoftUpdate
 
-from ac_extensions.modules import make_actor_critic, make_qvalue
-from ac_extensions.objectives import ACERLoss
+from ac_extensions.modules import make_actor_critic, make_continuous_actor_critic, make_qvalue
+from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
 from ac_extensions.recipes._common import Progress, RunConfig, start_collector, stop_collector
-from ac_extensions.recipes.envs import make_batched_env, observation_size
+from ac_extensions.recipes.envs import (
+    action_size,
+    has_continuous_actions,
+    make_batched_env,
+    observation_size,
+)
 from ac_extensions.recipes.on_policy import finished_returns
 
 
@@ -73,12 +81,24 @@ class ACERConfig(RunConfig):
     """Sequences per off-policy update (openai/baselines: 16 per environment)."""
     memmap: bool = False
     """Keep the replay in memory-mapped files (``LazyMemmapStorage``) instead of RAM."""
+    reward_scale: float = 1.0
+    """Factor on the rewards the learner sees (fresh batch and replay); the logged returns stay
+    the environment's. Keeps Q^ret and the critic's squared error in a range where the
+    gradient-norm clip does not swallow the update (Pendulum-v1's rewards lie in [−16.3, 0]).
+    Not in the paper, whose Atari rewards are clipped to [−1, 1] (Wang et al., 2017,
+    arXiv:1611.01224v2, §6 after Mnih et al., 2015)."""
+    num_samples: int = 5
+    """Continuous actions only: n, the stochastic dueling network's samples u_i ∼ π(·|x) in
+    Q̃(x, a) = V(x) + A(x, a) − (1/n) Σ_i A(x, u_i) (Wang et al., 2017, arXiv:1611.01224v2,
+    §5.1; n = 5 in pfrl and dchetelat/acer)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("batch_size", "replay_capacity"):
+        for name in ("batch_size", "replay_capacity", "num_samples"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
+            raise ValueError(f"reward_scale must be finite and > 0, got {self.reward_scale}")
         if self.replay_ratio < 0 or not 0 <= self.average_policy_decay < 1:
             raise ValueError(
                 f"replay_ratio must be >= 0 and average_policy_decay in [0, 1), got "
@@ -92,27 +112,47 @@ def make_env(config: ACERConfig):
 
 
 def build(config: ACERConfig):
-    """Networks, the collection policy (storing µ's logits), loss, optimiser, average update."""
+    """Networks, the collection policy (storing µ), loss, optimiser, average update.
+
+    The env's action spec picks the branch. Discrete (``Categorical``): a softmax actor and a
+    Q network, :class:`~ac_extensions.objectives.ACERLoss`, µ stored as its logits. Continuous
+    (a 1-D ``Box``): a diagonal Gaussian actor and a stochastic dueling network
+    (:func:`~ac_extensions.modules.make_continuous_actor_critic`),
+    :class:`~ac_extensions.objectives.ContinuousACERLoss`, µ stored as its ``loc`` / ``scale``
+    (Wang et al., 2017, arXiv:1611.01224v2, §5). The continuous actor's actions are unbounded
+    and stored as sampled; the env clips what it applies (see
+    :func:`~ac_extensions.recipes.envs.make_batched_env`), so µ's density is evaluated at the
+    action that was actually drawn from µ.
+    """
     probe = make_env(config)
-    obs_dim = observation_size(probe)
-    num_actions = int(probe.full_action_spec["action"].space.n)
+    obs_dim, size = observation_size(probe), action_size(probe)
+    continuous = has_continuous_actions(probe)
     probe.close()
-    actor, _ = make_actor_critic(obs_dim, num_actions, hidden_sizes=config.hidden_sizes)
-    qvalue = make_qvalue(obs_dim, num_actions, hidden_sizes=config.hidden_sizes)
-    actor, qvalue = actor.to(config.device), qvalue.to(config.device)
-    # µ's full distribution is needed at replay time: copy the logits under their own key
-    # (re-running the actor overwrites "logits").
+    coefficients = {
+        "gamma": config.gamma,
+        "truncation_threshold": config.truncation_threshold,
+        "trust_region_delta": config.trust_region_delta,
+        "entropy_coeff": config.entropy_coeff,
+        "critic_coeff": config.critic_coeff,
+    }
+    # µ's full distribution is needed at replay time: copy its statistics under their own keys
+    # (re-running the actor overwrites "logits" / "loc" / "scale").
+    if continuous:
+        actor, critic = make_continuous_actor_critic(
+            obs_dim, size, hidden_sizes=config.hidden_sizes, num_samples=config.num_samples
+        )
+        actor, critic = actor.to(config.device), critic.to(config.device)
+        statistics = ("loc", "scale")
+        loss = ContinuousACERLoss(actor, critic, **coefficients)
+    else:
+        actor, _ = make_actor_critic(obs_dim, size, hidden_sizes=config.hidden_sizes)
+        qvalue = make_qvalue(obs_dim, size, hidden_sizes=config.hidden_sizes)
+        actor, qvalue = actor.to(config.device), qvalue.to(config.device)
+        statistics = ("logits",)
+        loss = ACERLoss(actor, qvalue, **coefficients)
     policy = TensorDictSequential(
-        actor, TensorDictModule(nn.Identity(), ["logits"], [("behavior", "logits")])
-    )
-    loss = ACERLoss(
         actor,
-        qvalue,
-        gamma=config.gamma,
-        truncation_threshold=config.truncation_threshold,
-        trust_region_delta=config.trust_region_delta,
-        entropy_coeff=config.entropy_coeff,
-        critic_coeff=config.critic_coeff,
+        *(TensorDictModule(nn.Identity(), [key], [("behavior", key)]) for key in statistics),
     )
     optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr)
     average = SoftUpdate(loss, eps=config.average_policy_decay)
@@ -128,6 +168,20 @@ REPLAY_KEYS = (
     ("next", "done"),
     ("next", "terminated"),
 )
+"""What a discrete-action step keeps in the replay: µ is the full softmax (its logits)."""
+CONTINUOUS_REPLAY_KEYS = (
+    "observation",
+    "action",
+    ("behavior", "loc"),
+    ("behavior", "scale"),
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+)
+"""What a continuous-action step keeps: µ's Gaussian statistics, since the bias correction
+evaluates µ at fresh actions a' ∼ π (Wang et al., 2017, arXiv:1611.01224v2, §5); ``action``
+is the unclipped sample (shape [..., d])."""
 SEQUENCE_KEY = ("replay", "sequence")
 """Per-row sequence id written before storage: the ``SliceSampler``'s trajectory key."""
 
@@ -153,6 +207,7 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     policy, loss_module, optimizer, average = build(config)
+    keys = CONTINUOUS_REPLAY_KEYS if isinstance(loss_module, ContinuousACERLoss) else REPLAY_KEYS
     replay = make_replay(config)
     sequences = 0
     collector = start_collector(config, partial(make_env, config), policy)
@@ -171,8 +226,9 @@ def train(config: ACERConfig | None = None) -> Iterator[dict[str, float]]:
     try:
         for batch in collector:
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
-            returns = finished_returns(batch)
-            batch = batch.select(*REPLAY_KEYS)
+            returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
+            batch = batch.select(*keys)
+            batch.set(("next", "reward"), batch.get(("next", "reward")) * config.reward_scale)
             rows, length = batch.shape
             ids = torch.arange(sequences, sequences + rows).unsqueeze(-1).expand(rows, length)
             sequences += rows

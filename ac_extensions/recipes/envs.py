@@ -78,8 +78,22 @@ def make_batched_env(
     ``("next", "observation")`` is the final observation of the episode (a truncated step can
     bootstrap from it) and the next row starts from the reset observation.
 
+    Actions: a ``Discrete`` action space becomes a ``Categorical`` spec (integer actions,
+    shape [E]); a ``Box`` action space a bounded continuous spec (shape [E, d], see
+    :func:`has_continuous_actions` and :func:`action_size`). Continuous actions reach the
+    gymnasium env **unclipped**: TorchRL's ``GymWrapper`` converts them with
+    ``spec.to_numpy(action, safe=False)``, which neither checks nor projects onto the bounds,
+    and no transform here clips them. This is deliberate: an off-policy learner stores the
+    action it sampled and evaluates the behavior density µ(a_t|x_t) at it (clipped actions
+    pile up as point masses at the bounds, which a Gaussian µ's density does not describe),
+    so the env must do any clipping after the action is recorded. gymnasium's classic-control
+    and Box2D continuous envs clip inside ``step``: Pendulum-v1 applies ``np.clip(u, -max_torque,
+    max_torque)`` before both the dynamics and the reward, so an out-of-bounds action acts and
+    is rewarded exactly as the nearest bound. Others clip only the dynamics and charge the raw
+    action (MountainCarContinuous-v0's power cost, the MuJoCo envs' control cost).
+
     Args:
-        env_id: a gymnasium id with a discrete action space.
+        env_id: a gymnasium id with a ``Discrete`` or a flat ``Box`` action space.
         num_envs: copies stepped together.
         observation_keys: observation entries; several (a Dict observation) are flattened and
             concatenated into ``"observation"``.
@@ -110,3 +124,27 @@ def make_batched_env(
 def observation_size(env: EnvBase) -> int:
     """The flat size of ``"observation"`` in an env built by :func:`make_batched_env`."""
     return int(np.prod(env.observation_spec["observation"].shape[len(env.batch_size) :]))
+
+
+def has_continuous_actions(env: EnvBase) -> bool:
+    """Whether ``"action"`` is continuous (a gymnasium ``Box``) rather than discrete."""
+    return env.full_action_spec["action"].domain == "continuous"
+
+
+def action_size(env: EnvBase) -> int:
+    """A, the number of discrete actions, or d, the size of a flat continuous action.
+
+    Raises:
+        ValueError: for an action space that is neither ``Discrete`` nor a 1-D ``Box``
+            (e.g. ``MultiDiscrete``, or a ``Box`` of shape (2, 3)).
+    """
+    spec = env.full_action_spec["action"]
+    shape = tuple(spec.shape[len(env.batch_size) :])
+    if spec.domain == "continuous" and len(shape) == 1:
+        return int(shape[0])
+    if spec.domain == "discrete" and shape == () and hasattr(spec.space, "n"):
+        return int(spec.space.n)
+    raise ValueError(
+        f"unsupported action spec {type(spec).__name__} (domain {spec.domain!r}, per-env "
+        f"shape {list(shape)}): expected a Discrete action space or a 1-D Box"
+    )
