@@ -10,14 +10,24 @@ from ac_extensions.modules.actor_critic import (
     recurrent_env_transforms,
 )
 from ac_extensions.modules.dueling import StochasticDuelingNetwork, make_continuous_actor_critic
+from ac_extensions.modules.reactor import (
+    PreviousActionReward,
+    make_reactor_actor,
+    reactor_env_transforms,
+    reactor_hidden_state_keys,
+)
 
 __all__ = [
     "NatureCNN",
+    "PreviousActionReward",
     "StochasticDuelingNetwork",
     "collection_policy",
     "make_acer_actor",
     "make_actor_critic",
     "make_continuous_actor_critic",
     "make_qvalue",
+    "make_reactor_actor",
+    "reactor_env_transforms",
+    "reactor_hidden_state_keys",
     "recurrent_env_transforms",
 ]

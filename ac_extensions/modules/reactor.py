@@ -1,0 +1,366 @@
+"""Reactor's network: shared torso, a policy LSTM and a critic LSTM (Gruslys et al., 2018).
+
+::
+
+                       prev_action  one-hot a_{t−1}, [*B, A]
+                       prev_reward  r_{t−1}, [*B, 1]
+                                │
+    observation ─► torso ─► concat ─► lstm_input ─┬─► policy LSTM ─► linear ─► logits [*B, A]
+    (MLP or Nature CNN)     [*B, F+A+1]           │       ▲ │
+                                                  │stored │ └► ("next", "policy_recurrent_state_*")
+                                                  │ ("policy_recurrent_state_h/c")
+                                                  │
+                                                  └─► critic LSTM ─► linear ─► action_value_logits
+                                                          ▲ │                  [*B, A, N]
+                                                   stored │ └► ("next", "critic_recurrent_state_*")
+                                                    ("critic_recurrent_state_h/c")
+                                  (distributional=False: action_value [*B, A] instead)
+
+Each LSTM reads its stored state ``<branch>_recurrent_state_{h,c}`` (zeroed where ``is_init``)
+and writes the new one to ``("next", <branch>_recurrent_state_{h,c})``; the environment carries
+it to the next step through one merged ``TensorDictPrimer`` (see :func:`reactor_env_transforms`).
+
+Design notes:
+
+* Two LSTMs. The Reactor paper (Gruslys et al., 2018, arXiv:1704.04651v2, appendix on the
+  network) is read by our research notes as giving the policy and the Q branches their own
+  recurrent and fully connected parts after a shared convolutional torso; that reading is
+  marked low-confidence and was **not verified against the paper**. We follow it: one torso,
+  two LSTMs, two linear heads. It also matches what :func:`make_actor_critic` does for PPO (a
+  shared memory let the critic's gradients swamp the policy's).
+* LSTM input ``[features, one-hot a_{t−1}, r_{t−1}]``, as in R2D2/R2D1 (Kapturowski et al.,
+  2019) and rlpyt's R2D1 model; :class:`PreviousActionReward` puts a_{t−1} and r_{t−1} in the
+  observation. Both LSTMs see the same input.
+* Stored state (R2D2 §3): the hidden states are stored at collection, so a replayed ``[B, T]``
+  sequence can start from the stored state of its first step (recurrent mode) and, with a
+  burn-in prefix, refresh it.
+* The torso receives gradients from both branches (no stop-gradient): whether Reactor stops
+  the policy gradient into the torso is unknown to us; a loss can detach if needed.
+* Replaying stored data through the whole ``ProbabilisticActor`` samples a fresh ``action``
+  and overwrites ``action`` / ``action_log_prob``: a loss should run ``actor.module[0]`` (the
+  network without the sampling step) or replay a copy holding only the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import Tensor, nn
+from torchrl.data import Bounded, Composite, Unbounded
+from torchrl.envs import Compose, Transform
+from torchrl.modules import LSTMModule, ProbabilisticActor
+
+from ac_extensions.modules.acer import NatureCNN, _mlp_torso
+from ac_extensions.modules.actor_critic import recurrent_env_transforms
+
+PREV_ACTION_KEY = "prev_action"
+PREV_REWARD_KEY = "prev_reward"
+BRANCHES = ("policy", "critic")
+
+
+class PreviousActionReward(Transform):
+    """Env transform writing the previous action (one-hot) and reward into the observation.
+
+    After each step it writes ``("next", "prev_action")`` = one-hot(a_t) and
+    ``("next", "prev_reward")`` = r_t, which ``step_mdp`` moves to the root, so the policy at
+    step t+1 reads a_t and r_t. At a reset (including the partial resets of sub-envs inside a
+    batched env, given by the ``"_reset"`` mask) both are zero. This is the recurrent core's
+    extra input of Reactor (Gruslys et al., 2018, arXiv:1704.04651v2) and R2D2 (Kapturowski
+    et al., 2019).
+
+    The reward is read as it stands at this transform's place in the env's transform chain:
+    append this transform after any reward clipping or scaling that the network should see.
+
+    Args:
+        num_actions: number of discrete actions A. ``None``: read from the parent env's
+            ``Categorical`` / ``OneHot`` action spec.
+        action_key: the action entry (an index of shape [*B], or a one-hot [*B, A]).
+        reward_key: the reward entry, shape [*B, 1].
+        out_keys: names of the previous action ([*B, A], float) and reward ([*B, 1]) entries.
+
+    Example:
+        >>> from torchrl.envs import GymEnv, TransformedEnv
+        >>> base = GymEnv("CartPole-v1", categorical_action_encoding=True)  # index actions
+        >>> env = TransformedEnv(base, PreviousActionReward())
+        >>> td = env.rollout(3)
+        >>> td["prev_action"][0].tolist(), td["prev_reward"][0].tolist()
+        ([0.0, 0.0], [0.0])
+        >>> bool((td["prev_action"][1:].argmax(-1) == td["action"][:-1]).all())
+        True
+    """
+
+    def __init__(
+        self,
+        num_actions: int | None = None,
+        *,
+        action_key: str = "action",
+        reward_key: str = "reward",
+        out_keys: Sequence[str] = (PREV_ACTION_KEY, PREV_REWARD_KEY),
+    ) -> None:
+        if len(out_keys) != 2:
+            raise ValueError(f"out_keys must name (prev_action, prev_reward), got {out_keys}")
+        super().__init__(in_keys=[action_key, reward_key], out_keys=list(out_keys))
+        self.num_actions = num_actions
+        self.action_key, self.reward_key = action_key, reward_key
+        self.prev_action_key, self.prev_reward_key = out_keys
+
+    def _num_actions(self) -> int:
+        if self.num_actions is None:
+            if self.parent is None:
+                raise ValueError("PreviousActionReward: give num_actions or append it to an env")
+            spec = self.parent.full_action_spec[self.action_key]
+            n = getattr(spec.space, "n", None)
+            if spec.domain != "discrete" or n is None:
+                raise ValueError(
+                    f"PreviousActionReward needs a discrete action spec, got {type(spec).__name__}"
+                )
+            self.num_actions = int(n)
+        return self.num_actions
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        batch = next_tensordict.batch_size
+        action = tensordict.get(self.action_key)
+        if action.shape == batch:  # an index [*B] → one-hot [*B, A]
+            action = F.one_hot(action.long(), self._num_actions())
+        next_tensordict.set(self.prev_action_key, action.to(torch.float32))
+        reward = next_tensordict.get(self.reward_key)
+        next_tensordict.set(self.prev_reward_key, reward.to(torch.float32).reshape(*batch, 1))
+        return next_tensordict
+
+    def _reset(
+        self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        batch = tensordict_reset.batch_size
+        device = tensordict_reset.device
+        zeros = {
+            self.prev_action_key: torch.zeros(*batch, self._num_actions(), device=device),
+            self.prev_reward_key: torch.zeros(*batch, 1, device=device),
+        }
+        reset = None if tensordict is None else tensordict.get("_reset", None)
+        for key, zero in zeros.items():
+            previous = None if tensordict is None else tensordict.get(key, None)
+            if reset is not None and previous is not None and previous.shape == zero.shape:
+                # Partial reset of a batched env: zero only the sub-envs that restart
+                # (env.reset also merges by the mask; this keeps the transform correct alone).
+                mask = reset.reshape(*batch, 1)
+                zero = torch.where(mask, zero, previous.to(zero))
+            tensordict_reset.set(key, zero)
+        return tensordict_reset
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        """Declare ``prev_action`` [*B, A] in [0, 1] and ``prev_reward`` [*B, 1] (float)."""
+        batch = observation_spec.shape
+        device = observation_spec.device
+        observation_spec[self.prev_action_key] = Bounded(
+            0.0, 1.0, shape=(*batch, self._num_actions()), dtype=torch.float32, device=device
+        )
+        observation_spec[self.prev_reward_key] = Unbounded(
+            shape=(*batch, 1), dtype=torch.float32, device=device
+        )
+        return observation_spec
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Not usable outside an env: the previous step is not in a single TensorDict."""
+        raise NotImplementedError("PreviousActionReward is an environment transform only")
+
+
+class _Concat(nn.Module):
+    """Concatenate along the last dim (features, one-hot a_{t−1}, r_{t−1}) → [*B, F + A + 1]."""
+
+    def forward(self, *tensors: Tensor) -> Tensor:
+        return torch.cat(tensors, -1)
+
+
+class _ReactorHeads(nn.Module):
+    """Policy logits [*B, A] and Q output [*B, A, N] (distributional) or [*B, A]."""
+
+    def __init__(self, width: int, num_actions: int, num_atoms: int | None) -> None:
+        super().__init__()
+        self.num_actions, self.num_atoms = num_actions, num_atoms
+        self.policy = nn.Linear(width, num_actions)
+        self.qvalue = nn.Linear(width, num_actions * (num_atoms or 1))
+        # Small policy head (near-uniform initial π; Andrychowicz et al., 2021, §3.2).
+        nn.init.orthogonal_(self.policy.weight, 0.01)
+        nn.init.zeros_(self.policy.bias)
+
+    def forward(self, policy_memory: Tensor, critic_memory: Tensor) -> tuple[Tensor, Tensor]:
+        q = self.qvalue(critic_memory)
+        if self.num_atoms is not None:
+            q = q.unflatten(-1, (self.num_actions, self.num_atoms))  # [*B, A, N]
+        return self.policy(policy_memory), q
+
+
+def reactor_hidden_state_keys(branch: str) -> list[str]:
+    """The stored-state keys ``[h, c]`` of one Reactor LSTM branch (``policy`` / ``critic``).
+
+    Args:
+        branch: ``"policy"`` or ``"critic"``.
+
+    Returns:
+        ``["<branch>_recurrent_state_h", "<branch>_recurrent_state_c"]``; each entry has shape
+        ``[*B, 1, recurrent_size]`` in a TensorDict (Kapturowski et al., 2019, R2D2's stored
+        state; Gruslys et al., 2018, arXiv:1704.04651v2).
+
+    Example:
+        >>> reactor_hidden_state_keys("critic")
+        ['critic_recurrent_state_h', 'critic_recurrent_state_c']
+    """
+    if branch not in BRANCHES:
+        raise ValueError(f"branch must be one of {BRANCHES}, got {branch!r}")
+    return [f"{branch}_recurrent_state_h", f"{branch}_recurrent_state_c"]
+
+
+def make_reactor_actor(
+    observation_shape: int | Sequence[int],
+    num_actions: int,
+    *,
+    torso: Literal["mlp", "cnn"] = "mlp",
+    hidden_sizes: Sequence[int] = (64,),
+    recurrent_size: int = 128,
+    num_atoms: int = 51,
+    distributional: bool = True,
+    previous_action_reward: bool = True,
+    observation_key: str = "observation",
+) -> ProbabilisticActor:
+    """Reactor's recurrent policy-plus-distributional-Q network, as one TorchRL actor.
+
+    One shared torso, then two LSTMs (policy and critic, each with its own stored state) fed
+    with ``[features, one-hot a_{t−1}, r_{t−1}]``, then a softmax policy head and a
+    distributional Q head (N atom logits per action) — see the module docstring's diagram.
+    Reference: Gruslys et al., 2018, arXiv:1704.04651v2 (network, appendix; the separate
+    policy/Q LSTMs are our unverified reading of it); Kapturowski et al., 2019 (R2D2) for the
+    previous action/reward input and the stored recurrent state.
+
+    Args:
+        observation_shape: observation size (MLP torso) or ``(C, 84, 84)`` (CNN torso).
+        num_actions: number of discrete actions A.
+        torso: ``"mlp"`` (tanh MLP of ``hidden_sizes``) or ``"cnn"`` (:class:`NatureCNN`).
+        hidden_sizes: MLP widths (ignored by the CNN torso; ``()``: no torso).
+        recurrent_size: hidden size of each LSTM.
+        num_atoms: atoms N of the distributional Q head.
+        distributional: ``True``: write ``action_value_logits`` [*B, A, N]; ``False``:
+            write ``action_value`` [*B, A] (Reactor ND).
+        previous_action_reward: feed ``prev_action`` [*B, A] and ``prev_reward`` [*B, 1]
+            (written by :class:`PreviousActionReward`) to the LSTMs.
+        observation_key: the observation entry to read, shape [*B, D] or [*B, C, 84, 84].
+
+    Returns:
+        A ``ProbabilisticActor`` (Categorical on ``logits``, ``return_log_prob=True``). It
+        reads ``observation_key``, ``prev_action``, ``prev_reward``, ``is_init`` and the stored
+        states ``policy_recurrent_state_{h,c}``, ``critic_recurrent_state_{h,c}`` (each
+        [*B, 1, recurrent_size]); it writes ``logits`` [*B, A], ``action_value_logits``
+        [*B, A, N] (or ``action_value`` [*B, A]), ``action`` (an index, [*B]),
+        ``action_log_prob`` [*B] = log µ(a_t|x_t), and ``("next", <state key>)``. Outside
+        recurrent mode it runs one step on [*B]; under
+        ``torchrl.modules.set_recurrent_mode(True)`` the last batch dim is time and each
+        sequence starts from its stored state. Build the env with
+        :func:`reactor_env_transforms`.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> actor = make_reactor_actor(4, 2, hidden_sizes=(16,), recurrent_size=8, num_atoms=5)
+        >>> td = TensorDict(
+        ...     {
+        ...         "observation": torch.randn(3, 4),
+        ...         "prev_action": torch.zeros(3, 2),
+        ...         "prev_reward": torch.zeros(3, 1),
+        ...         "is_init": torch.ones(3, 1, dtype=torch.bool),
+        ...     },
+        ...     [3],
+        ... )
+        >>> out = actor(td)
+        >>> out["logits"].shape, out["action_value_logits"].shape, out["action"].shape
+        (torch.Size([3, 2]), torch.Size([3, 2, 5]), torch.Size([3]))
+        >>> out["next", "policy_recurrent_state_h"].shape
+        torch.Size([3, 1, 8])
+    """
+    if torso == "mlp":
+        dim = observation_shape if isinstance(observation_shape, int) else observation_shape[-1]
+        body: nn.Module = _mlp_torso(int(dim), hidden_sizes)
+        width = hidden_sizes[-1] if hidden_sizes else int(dim)
+    elif torso == "cnn":
+        if isinstance(observation_shape, int):
+            raise ValueError("torso='cnn' needs observation_shape = (C, 84, 84)")
+        body = NatureCNN(int(observation_shape[0]))
+        width = body.features
+    else:
+        raise ValueError(f"torso must be 'mlp' or 'cnn', got {torso!r}")
+    if num_atoms < 1:
+        raise ValueError(f"num_atoms must be positive, got {num_atoms}")
+    modules: list[TensorDictModule] = [TensorDictModule(body, [observation_key], ["features"])]
+    lstm_input = "features"
+    if previous_action_reward:
+        modules.append(
+            TensorDictModule(
+                _Concat(), ["features", PREV_ACTION_KEY, PREV_REWARD_KEY], ["lstm_input"]
+            )
+        )
+        lstm_input, width = "lstm_input", width + num_actions + 1  # [*B, F + A + 1]
+    for branch in BRANCHES:
+        hidden = reactor_hidden_state_keys(branch)
+        modules.append(
+            LSTMModule(
+                input_size=width,
+                hidden_size=recurrent_size,
+                in_keys=[lstm_input, *hidden],
+                out_keys=[f"{branch}_memory", *(("next", k) for k in hidden)],
+            )
+        )
+    q_key = "action_value_logits" if distributional else "action_value"
+    heads = _ReactorHeads(recurrent_size, num_actions, num_atoms if distributional else None)
+    modules.append(TensorDictModule(heads, ["policy_memory", "critic_memory"], ["logits", q_key]))
+    return ProbabilisticActor(
+        TensorDictSequential(*modules),
+        in_keys=["logits"],
+        out_keys=["action"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
+def reactor_env_transforms(actor: nn.Module) -> Compose:
+    """The env transforms a Reactor actor needs: ``InitTracker``, one primer, prev action/reward.
+
+    ``InitTracker`` writes ``is_init`` (where the LSTMs restart from zero); a single
+    ``TensorDictPrimer`` holds the stored states of **both** LSTMs (an env keeps only one of
+    several appended primers, see :func:`recurrent_env_transforms`); and, if the actor reads
+    them, :class:`PreviousActionReward` writes ``prev_action`` / ``prev_reward``. Append the
+    result after any reward transform: ``env.append_transform(reactor_env_transforms(actor))``.
+    Stored recurrent state follows R2D2 (Kapturowski et al., 2019); the network is Reactor's
+    (Gruslys et al., 2018, arXiv:1704.04651v2).
+
+    Args:
+        actor: the module from :func:`make_reactor_actor`.
+
+    Returns:
+        A ``Compose`` of ``InitTracker``, the merged primer (4 entries of shape
+        [*E, 1, recurrent_size]) and, if needed, ``PreviousActionReward(A)``.
+
+    Example:
+        >>> from torchrl.envs import GymEnv, TransformedEnv
+        >>> actor = make_reactor_actor(4, 2, hidden_sizes=(16,), recurrent_size=8, num_atoms=5)
+        >>> base = GymEnv("CartPole-v1", categorical_action_encoding=True)
+        >>> env = TransformedEnv(base, reactor_env_transforms(actor))
+        >>> td = env.rollout(5, actor)
+        >>> td["action_value_logits"].shape, td["critic_recurrent_state_c"].shape
+        (torch.Size([5, 2, 5]), torch.Size([5, 1, 8]))
+    """
+    transforms = recurrent_env_transforms(actor)
+    if PREV_ACTION_KEY in actor.in_keys or PREV_REWARD_KEY in actor.in_keys:
+        heads = [m for m in actor.modules() if isinstance(m, _ReactorHeads)]
+        num_actions = heads[0].num_actions if heads else None
+        transforms.append(PreviousActionReward(num_actions))
+    return transforms
+
+
+__all__ = [
+    "PreviousActionReward",
+    "make_reactor_actor",
+    "reactor_env_transforms",
+    "reactor_hidden_state_keys",
+]
