@@ -10,11 +10,11 @@ from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
 from torch import Tensor
-from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
+from ac_extensions.objectives._replay import is_recurrent, next_step_outputs
 from ac_extensions.objectives._sequence import valid_mask
 from ac_extensions.objectives.value import ACValueEstimators
 
@@ -139,12 +139,7 @@ class ACERLoss(LossModule):
         self._tensor_keys = self._AcceptedKeys()
         # The average policy is the actor's target parameters (kept by SoftUpdate).
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
-        self._recurrent = any(
-            isinstance(m, (LSTMModule, GRUModule))
-            for net in (actor_network, qvalue_network)
-            if net is not None
-            for m in net.modules()
-        )
+        self._recurrent = is_recurrent(actor_network, qvalue_network)
         self._shared_head = qvalue_network is None
         if not self._shared_head:
             self.convert_to_functional(qvalue_network, "qvalue_network")
@@ -248,42 +243,6 @@ class ACERLoss(LossModule):
         with self.qvalue_network_params.to_module(self.qvalue_network):
             return logits, self.qvalue_network(inputs).get(self.tensor_keys.action_value)
 
-    def _next_outputs(
-        self, tensordict: TensorDictBase, nxt: TensorDictBase, logits: Tensor, q: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """π logits and Q at x_{t+1}, [*B, T, A] each, detached.
-
-        Recurrent networks: step by step from the hidden states stored under ``("next", ...)``.
-        Feed-forward networks: where the next row continues the stream (x_{t+1} is row t+1's
-        observation: not done, not the last step, and the stored observations agree) the
-        current pass's outputs are shifted by one step; only the remaining next observations
-        (episode ends, the window end) go through the networks. This saves a third of the
-        forward passes of a large torso (the Atari CNN). Any disagreement falls back to a full
-        pass on ``("next", ...)``.
-        """
-        if self._recurrent:
-            with set_recurrent_mode(False):
-                return self._policy_and_q(nxt)
-        done = nxt.get(self.tensor_keys.done).squeeze(-1)  # [*B, T]
-        fresh = done.clone()
-        fresh[..., -1] = True  # x_{t+1} must be computed here
-        continues = ~fresh[..., :-1]  # [*B, T − 1]
-        time_dim, steps = tensordict.batch_dims - 1, tensordict.batch_size[-1]
-        for key in dict.fromkeys([*self.actor_network.in_keys, *self._qvalue_in_keys()]):
-            now, later = tensordict.get(key, None), nxt.get(key, None)
-            if now is None or later is None or now.shape != later.shape:
-                return self._policy_and_q(nxt)
-            now, later = now.narrow(time_dim, 1, steps - 1), later.narrow(time_dim, 0, steps - 1)
-            if not torch.equal(now[continues], later[continues]):
-                return self._policy_and_q(nxt)
-        out = []
-        computed = self._policy_and_q(nxt[fresh])  # [n, A] each
-        for current, value in zip((logits, q), computed, strict=True):
-            shifted = torch.cat([current[..., 1:, :], current[..., -1:, :]], -2).detach()
-            shifted[fresh] = value
-            out.append(shifted)
-        return out[0], out[1]
-
     def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         keys, batch = self.tensor_keys, tensordict.batch_size
         name = type(self).__name__
@@ -352,7 +311,17 @@ class ACERLoss(LossModule):
         with torch.no_grad():
             average_logits, _ = self._actor_outputs(tensordict, self.target_actor_network_params)
             average_probs = average_logits.softmax(-1)
-            next_logits, next_q = self._next_outputs(tensordict, nxt, logits, q)
+            # π and Q at x_{t+1}: the current pass shifted by one step where the stream
+            # continues, the networks only at episode ends and the window end.
+            next_logits, next_q = next_step_outputs(
+                tensordict,
+                nxt,
+                (logits, q),
+                self._policy_and_q,
+                [*self.actor_network.in_keys, *self._qvalue_in_keys()],
+                keys.done,
+                self._recurrent,
+            )
             # Q^ret (Eq. 5) from the registered estimator, on detached network outputs.
             estimate = TensorDict(
                 {
