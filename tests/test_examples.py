@@ -21,6 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
         ("recurrent_ppo_masked_cartpole.py", 1024),
         ("acer_cartpole.py", 320),
         ("acer_pendulum.py", 320),
+        ("acer_atari.py", 320),
     ],
 )
 def test_example_runs(script, frames):

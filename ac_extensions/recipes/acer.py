@@ -30,13 +30,19 @@ from torch import nn
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, SliceSampler
 from torchrl.objectives import SoftUpdate
 
-from ac_extensions.modules import make_actor_critic, make_continuous_actor_critic, make_qvalue
+from ac_extensions.modules import (
+    make_acer_actor,
+    make_actor_critic,
+    make_continuous_actor_critic,
+    make_qvalue,
+)
 from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
 from ac_extensions.recipes._common import Progress, RunConfig, start_collector, stop_collector
 from ac_extensions.recipes.envs import (
     action_size,
     has_continuous_actions,
     make_batched_env,
+    observation_shape,
     observation_size,
 )
 from ac_extensions.recipes.on_policy import finished_returns
@@ -114,8 +120,10 @@ def make_env(config: ACERConfig):
 def build(config: ACERConfig):
     """Networks, the collection policy (storing µ), loss, optimiser, average update.
 
-    The env's action spec picks the branch. Discrete (``Categorical``): a softmax actor and a
-    Q network, :class:`~ac_extensions.objectives.ACERLoss`, µ stored as its logits. Continuous
+    The env's specs pick the branch. Discrete (``Categorical``): a softmax actor and a Q
+    network, :class:`~ac_extensions.objectives.ACERLoss`, µ stored as its logits; with frame
+    observations (Atari, ``[4, 84, 84]``) one network instead, a Nature-CNN torso with policy
+    and Q heads (:func:`~ac_extensions.modules.make_acer_actor`, as in the paper's §6). Continuous
     (a 1-D ``Box``): a diagonal Gaussian actor and a stochastic dueling network
     (:func:`~ac_extensions.modules.make_continuous_actor_critic`),
     :class:`~ac_extensions.objectives.ContinuousACERLoss`, µ stored as its ``loc`` / ``scale``
@@ -125,7 +133,8 @@ def build(config: ACERConfig):
     action that was actually drawn from µ.
     """
     probe = make_env(config)
-    obs_dim, size = observation_size(probe), action_size(probe)
+    shape, size = observation_shape(probe), action_size(probe)
+    obs_dim = observation_size(probe)
     continuous = has_continuous_actions(probe)
     probe.close()
     coefficients = {
@@ -144,6 +153,10 @@ def build(config: ACERConfig):
         actor, critic = actor.to(config.device), critic.to(config.device)
         statistics = ("loc", "scale")
         loss = ContinuousACERLoss(actor, critic, **coefficients)
+    elif len(shape) == 3:  # frames (Atari): one Nature-CNN torso, policy and Q heads (§6)
+        actor = make_acer_actor(shape, size, torso="cnn").to(config.device)
+        statistics = ("logits",)
+        loss = ACERLoss(actor, None, **coefficients)
     else:
         actor, _ = make_actor_critic(obs_dim, size, hidden_sizes=config.hidden_sizes)
         qvalue = make_qvalue(obs_dim, size, hidden_sizes=config.hidden_sizes)

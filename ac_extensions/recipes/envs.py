@@ -11,6 +11,7 @@ Registered gymnasium ids (registered on import, so worker processes see them too
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -63,6 +64,39 @@ for _id, _entry in (("MaskedCartPole-v1", masked_cartpole), ("DictCartPole-v1", 
         gym.register(id=_id, entry_point=_entry, max_episode_steps=500, reward_threshold=475.0)
 
 
+ATARI_PREFIX = "ALE/"
+"""Ids starting with this are Atari games: :func:`make_gym_env` preprocesses them."""
+
+
+def make_gym_env(env_id: str) -> gym.Env:
+    """One gymnasium env; Atari ids (``ALE/…``) get the usual DQN preprocessing.
+
+    Atari (Mnih et al., 2015, Nature 518, "Methods"; Machado et al., 2018, arXiv:1709.06009v2
+    for the v5 defaults kept here: sticky actions 0.25, no life-loss terminals): the emulator
+    runs at ``frameskip=1`` and gymnasium's ``AtariPreprocessing`` repeats each action 4 times
+    (max-pooling the last two frames), starts episodes with up to 30 no-ops, and returns 84×84
+    grayscale frames; ``FrameStackObservation`` stacks the last 4, so observations are
+    ``uint8`` of shape (4, 84, 84). Rewards are the game's (Pong's are already in {−1, 0, 1}).
+    The resizing needs ``opencv-python-headless`` (a dependency of this package).
+
+    Args:
+        env_id: a gymnasium id, e.g. ``"CartPole-v1"`` or ``"ALE/Pong-v5"``.
+
+    Returns:
+        The gymnasium env.
+    """
+    if not env_id.startswith(ATARI_PREFIX):
+        return gym.make(env_id)
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make(env_id, frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False
+    )
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
 def make_batched_env(
     env_id: str,
     num_envs: int,
@@ -92,6 +126,9 @@ def make_batched_env(
     is rewarded exactly as the nearest bound. Others clip only the dynamics and charge the raw
     action (MountainCarContinuous-v0's power cost, the MuJoCo envs' control cost).
 
+    Atari ids (``ALE/…``) are preprocessed by :func:`make_gym_env` (observations
+    ``[E, 4, 84, 84]`` uint8).
+
     Args:
         env_id: a gymnasium id with a ``Discrete`` or a flat ``Box`` action space.
         num_envs: copies stepped together.
@@ -105,7 +142,7 @@ def make_batched_env(
         A TorchRL env with batch size ``[num_envs]`` and ``("next", "episode_reward")``.
     """
     vector = gym.vector.SyncVectorEnv(
-        [lambda: gym.make(env_id)] * num_envs,
+        [partial(make_gym_env, env_id)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     env = TransformedEnv(GymWrapper(vector, categorical_action_encoding=True))
@@ -123,7 +160,12 @@ def make_batched_env(
 
 def observation_size(env: EnvBase) -> int:
     """The flat size of ``"observation"`` in an env built by :func:`make_batched_env`."""
-    return int(np.prod(env.observation_spec["observation"].shape[len(env.batch_size) :]))
+    return int(np.prod(observation_shape(env)))
+
+
+def observation_shape(env: EnvBase) -> tuple[int, ...]:
+    """The per-env shape of ``"observation"``: ``(O,)`` for vectors, ``(4, 84, 84)`` for Atari."""
+    return tuple(env.observation_spec["observation"].shape[len(env.batch_size) :])
 
 
 def has_continuous_actions(env: EnvBase) -> bool:

@@ -8,8 +8,16 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from ac_extensions.objectives import ContinuousACERLoss
-from ac_extensions.recipes.acer import SEQUENCE_KEY, ACERConfig, build, make_replay, train
+from ac_extensions.modules import NatureCNN
+from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
+from ac_extensions.recipes.acer import (
+    SEQUENCE_KEY,
+    ACERConfig,
+    build,
+    make_env,
+    make_replay,
+    train,
+)
 
 
 @pytest.mark.slow
@@ -45,6 +53,20 @@ def test_continuous_replay_keeps_the_gaussian_behavior_statistics():
     assert sum(m["train/replay_updates"] for m in metrics) > 0
     for key in ("train/on_policy/loss_objective", "train/replay/loss_critic"):
         assert any(math.isfinite(m.get(key, math.nan)) for m in metrics), key
+
+
+def test_atari_ids_get_stacked_frames_and_the_cnn_policy_plus_q_network():
+    config = ACERConfig(env_id="ALE/Pong-v5", workers=1, envs_per_worker=2)
+    env = make_env(config)
+    td = env.rollout(3, break_when_any_done=False)
+    env.close()
+    assert td["observation"].shape == (2, 3, 4, 84, 84)
+    assert td["observation"].dtype == torch.uint8
+    policy, loss_module, _, _ = build(config)
+    assert isinstance(loss_module, ACERLoss) and loss_module._shared_head
+    assert any(isinstance(m, NatureCNN) for m in policy.modules())
+    out = policy(td[:, 0].clone())
+    assert out["behavior", "logits"].shape == (2, 6)
 
 
 def test_reward_scale_is_validated():
