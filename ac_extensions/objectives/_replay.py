@@ -77,3 +77,61 @@ def next_step_outputs(
         shifted[fresh] = value_fresh.detach().to(shifted.dtype)
         out.append(shifted)
     return tuple(out)
+
+
+def burn_in(
+    tensordict: TensorDictBase,
+    steps: int,
+    run: Callable[[TensorDictBase], TensorDictBase],
+    hidden_keys: Sequence[NestedKey],
+    init_key: NestedKey = "is_init",
+) -> TensorDictBase:
+    """Warm the recurrent state up on the first ``steps`` steps, then drop them.
+
+    The hidden state stored with a replayed sequence was computed by the network that acted,
+    which may be many updates old. Burn-in (Kapturowski et al., 2019, "Recurrent Experience
+    Replay in Distributed RL", ICLR, §3) runs the current recurrent networks over a prefix of
+    the sequence, without gradient, from the stored state at its first step, and starts the
+    rest of the sequence from the state reached: h_{steps} ← f_θ(x_{0..steps−1}; h_0^stored).
+    Where the rest starts a new episode (``is_init`` at its first step) its own stored (reset)
+    state is kept. The losses then see only the remaining T − ``steps`` steps.
+
+    Args:
+        tensordict: sequences, batch [*B, T] (time last), holding the networks' inputs, the
+            stored hidden states (each [*B, T, *H]) and ``init_key`` ([*B, T, 1] bool).
+        steps: burn-in length, 0 ≤ ``steps`` < T (0 returns ``tensordict`` itself).
+        run: the recurrent networks, TensorDict → TensorDict holding ``("next", key)`` for
+            every hidden key (what TorchRL's ``LSTMModule`` / ``GRUModule`` write); called once
+            on the prefix [*B, steps] in recurrent mode.
+        hidden_keys: the stored hidden-state keys (the recurrent modules' ``in_keys[1:]``
+            without ``is_init``).
+        init_key: the episode-start flag.
+
+    Returns:
+        The last T − ``steps`` steps, batch [*B, T − steps], with the burned-in hidden state at
+        their first step (a new TensorDict; the input is not modified).
+    """
+    time = tensordict.batch_size[-1]
+    if not 0 <= steps < time:
+        raise ValueError(f"burn-in needs 0 <= steps < T = {time}, got steps = {steps}")
+    if steps == 0:
+        return tensordict
+    for key in (init_key, *hidden_keys):
+        if tensordict.get(key, None) is None:
+            raise KeyError(
+                f"burn-in needs {key!r} in the input (batch_size {list(tensordict.batch_size)}):"
+                " the recurrent state and is_init stored at collection"
+            )
+    time_dim = tensordict.batch_dims - 1
+    with torch.no_grad(), set_recurrent_mode(True):
+        reached = run(tensordict[..., :steps])
+    rest = tensordict[..., steps:].clone(recurse=False)
+    start = rest.get(init_key).select(time_dim, 0).reshape(rest.batch_size[:-1])  # [*B]
+    for key in hidden_keys:
+        stored = rest.get(key)  # [*B, T − steps, *H]
+        warm = reached.get(("next", key)).select(time_dim, steps - 1)  # [*B, *H]
+        keep = start.reshape(*start.shape, *([1] * (warm.dim() - start.dim())))
+        hidden = stored.clone()
+        hidden.select(time_dim, 0).copy_(torch.where(keep, stored.select(time_dim, 0), warm))
+        rest.set(key, hidden)
+    return rest

@@ -14,8 +14,8 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import is_recurrent, next_step_outputs
-from ac_extensions.objectives._sequence import valid_mask
+from ac_extensions.objectives._replay import burn_in, is_recurrent, next_step_outputs
+from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 from ac_extensions.objectives.value import ACValueEstimators
 
 
@@ -72,6 +72,10 @@ class ACERLoss(LossModule):
         trust_region_delta: δ (paper: 1; ``inf`` disables the trust region).
         entropy_coeff: entropy bonus coefficient.
         critic_coeff: critic loss coefficient (openai/baselines ``q_coef`` 0.5).
+        burn_in: recurrent networks only: the first ``burn_in`` steps of each sequence only
+            warm the memory up from the stored state, without gradient, and are left out of
+            every loss term (Kapturowski et al., 2019, R2D2 §3; see
+            ``objectives._replay.burn_in``); the losses see T − ``burn_in`` steps.
 
     Example:
         >>> import torch
@@ -127,6 +131,7 @@ class ACERLoss(LossModule):
         trust_region_delta: float = 1.0,
         entropy_coeff: float = 0.01,
         critic_coeff: float = 0.5,
+        burn_in: int = 0,
     ) -> None:
         super().__init__()
         if not 0.0 <= gamma <= 1.0:
@@ -140,6 +145,15 @@ class ACERLoss(LossModule):
         # The average policy is the actor's target parameters (kept by SoftUpdate).
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
         self._recurrent = is_recurrent(actor_network, qvalue_network)
+        if burn_in < 0 or (burn_in and not self._recurrent):
+            raise ValueError(
+                f"burn_in must be >= 0, and > 0 only with a recurrent network; got {burn_in} "
+                f"(recurrent: {self._recurrent})"
+            )
+        self.burn_in = burn_in
+        self._hidden_keys = [
+            k for k in _recurrent_in_keys(actor_network, qvalue_network) if k != "is_init"
+        ]
         self._shared_head = qvalue_network is None
         if not self._shared_head:
             self.convert_to_functional(qvalue_network, "qvalue_network")
@@ -218,15 +232,28 @@ class ACERLoss(LossModule):
     def _qvalue_in_keys(self) -> list:
         return [] if self._shared_head else list(self.qvalue_network.in_keys)
 
+    def _run_actor(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
+        """Everything the actor writes (no action sampled)."""
+        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
+        with params.to_module(self.actor_network):
+            net = self.actor_network
+            return net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+
     def _actor_outputs(
         self, tensordict: TensorDictBase, params: TensorDictParams
     ) -> tuple[Tensor, Tensor | None]:
         """(logits, action values written by the actor or None), both [*B, T, A]."""
-        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        with params.to_module(self.actor_network):
-            net = self.actor_network
-            out = net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+        out = self._run_actor(tensordict, params)
         return out.get(self.tensor_keys.logits), out.get(self.tensor_keys.action_value, None)
+
+    def _run_networks(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Everything the current actor and Q network write (burn-in reads their new states)."""
+        out = self._run_actor(tensordict, self.actor_network_params)
+        if not self._shared_head:
+            inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
+            with self.qvalue_network_params.to_module(self.qvalue_network):
+                out.update(self.qvalue_network(inputs))
+        return out
 
     def _policy_and_q(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         """Current logits and Q(x, ·), [*B, T, A] each."""
@@ -298,6 +325,8 @@ class ACERLoss(LossModule):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the ACER losses for a batch of sequences."""
         keys = self.tensor_keys
+        # Burn-in (R2D2): the first steps only warm the memory up; the losses see the rest.
+        tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
         action, behavior_log_probs = self._validate(tensordict)  # [*B, T, 1], [*B, T, A]
         if tensordict.batch_dims == 1:  # a single sequence [T]
             tensordict = tensordict.unsqueeze(0)

@@ -156,3 +156,63 @@ def test_next_values_reuse_the_current_pass_exactly(shared, monkeypatch):
         torch.testing.assert_close(fast[key], full[key], msg=key)
     for a, b in zip(fast_grads, full_grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def collect_recurrent(cell: str, frames: int = 60):
+    """A recurrent policy-plus-Q actor and one CartPole sequence [1, frames] it collected."""
+    torch.manual_seed(0)
+    actor = make_acer_actor(4, 2, hidden_sizes=(16,), recurrent=cell, recurrent_size=8)
+    env = TransformedEnv(GymEnv("CartPole-v1"), recurrent_env_transforms(actor))
+    env.set_seed(0)
+    collector = Collector(env, actor, frames_per_batch=frames, total_frames=frames)
+    batch = next(iter(collector)).unsqueeze(0)
+    collector.shutdown()
+    batch["behavior", "logits"] = batch["logits"].clone()
+    return actor, batch
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_burn_in_rebuilds_a_stale_stored_state(cell):
+    # The stored state at step k is replaced by garbage (as if an old network had stored it).
+    # With burn_in = k the loss rebuilds it from steps 0..k−1 with the current network, which
+    # is the one that collected, so it equals the loss on steps k.. with the true stored state:
+    # same values and gradients (no gradient through the prefix). Without burn-in the garbage
+    # changes the loss.
+    actor, batch = collect_recurrent(cell)
+    is_init = batch["is_init"].squeeze(-1)[0]
+    k = next(t for t in range(10, 40) if not is_init[t])
+    hidden = [key for key in batch.keys() if isinstance(key, str) and "recurrent_state" in key]
+    stale = batch.clone()
+    for key in hidden:
+        stale[key][:, k] = torch.randn_like(stale[key][:, k])
+
+    exact = ACERLoss(actor, None, gamma=0.9)
+    burned = ACERLoss(actor, None, gamma=0.9, burn_in=k)
+    burned.load_state_dict(exact.state_dict())
+    expected = exact(batch[:, k:].clone())
+    got = burned(stale.clone())
+    for key in expected.keys():
+        torch.testing.assert_close(got[key], expected[key], msg=key)
+    grads = [
+        torch.autograd.grad(out["loss_objective"] + out["loss_critic"], list(m.parameters()))
+        for out, m in ((expected, exact), (got, burned))
+    ]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+    corrupted = exact(stale[:, k:].clone())
+    assert not torch.allclose(corrupted["loss_critic"], expected["loss_critic"])
+
+
+def test_burn_in_bad_input():
+    actor = make_acer_actor(OBS, ACT, hidden_sizes=(8,))
+    with pytest.raises(ValueError, match="recurrent"):
+        ACERLoss(actor, None, burn_in=3)
+    recurrent = make_acer_actor(OBS, ACT, hidden_sizes=(8,), recurrent="gru", recurrent_size=4)
+    loss = ACERLoss(recurrent, None, burn_in=7)
+    td = sequences((2, 7))
+    with pytest.raises(ValueError, match="T = 7"):
+        loss(td)
+    loss.burn_in = 3
+    with pytest.raises(KeyError, match="is_init"):
+        loss(td)
