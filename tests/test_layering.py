@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ac_extensions"
 STDLIB_OK = set(sys.stdlib_module_names)
 
 ALLOWED = {
+    "data": {"torch", "tensordict", "torchrl", "ac_extensions.data"},
     "functional": {"torch", "ac_extensions.functional"},
     "modules": {
         "torch",
