@@ -7,7 +7,7 @@ dueling network (SDN): one head V(x), one head A(x, a), and the action value
 
 a stochastic estimate whose expectation over the samples is V(x) + A(x, a) − E_{u∼π}[A(x, u)],
 so that E_{a∼π}[Q̃(x, a)] = V(x) and V = E_π[Q] holds by construction, as in the discrete
-ACER critic. Layout (what :func:`make_continuous_actor_critic` builds)::
+ACER critic. Feed-forward layout (what :func:`make_continuous_actor_critic` builds)::
 
     observation ──► MLP ──► loc ─────────┐
     log σ (one parameter per action dim) ┴─► scale ──► N(loc, diag σ²) ──► action, action_log_prob
@@ -16,6 +16,25 @@ ACER critic. Layout (what :func:`make_continuous_actor_critic` builds)::
     (observation, action) ────► MLP_A ──► A(x, a) ────────────────────┼─► Q̃(x, a)  action_value
     (observation, u_1..u_n) ──► MLP_A ──► (1/n) Σ_i A(x, u_i) ── (−) ─┘
                  u_i ∼ N(loc, scale), read detached from the TensorDict
+
+Recurrent layout (``recurrent="lstm"`` or ``"gru"``): separate memories for actor and critic,
+each with its own hidden-state keys, as :func:`~ac_extensions.modules.make_actor_critic`::
+
+    observation ──► MLP ──► actor_embed ──► LSTM/GRU ──► actor_memory ──► linear ──► loc ─┐
+                                               ▲  │               log σ (or linear) ──► scale
+          ("actor_recurrent_state_*") stored ──┘  └──► ("next", "actor_recurrent_state_*")
+
+    observation ──► MLP ──► critic_embed ──► LSTM/GRU ──► critic_memory = h(x)  (the SDN's torso)
+          ("critic_recurrent_state_*") stored ──┘  └──► ("next", "critic_recurrent_state_*")
+    h(x) ──────────────► linear ──► V(x) ──────────────────────┐
+    (h(x), action) ────► MLP_A ──► A(x, a) ────────────────────┼─► Q̃(x, a)
+    (h(x), u_1..u_n) ──► MLP_A ──► (1/n) Σ_i A(x, u_i) ── (−) ─┘
+
+The hidden states are read from the TensorDict and reset where ``is_init`` is set: build the
+environment with :func:`~ac_extensions.modules.recurrent_env_transforms` and collect with
+:func:`~ac_extensions.modules.collection_policy` (actor then critic), so that both memories
+run at every step and both hidden states are stored. A loss replays whole ``[B, T]``
+sequences in recurrent mode from the states stored at their first step.
 
 The samples u_i are drawn from torch's global random number generator
 (``torch.distributions.Normal(loc, scale).sample``), so ``torch.manual_seed`` makes Q̃
@@ -27,14 +46,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from tensordict.nn.distributions import AddStateIndependentNormalScale, NormalParamExtractor
 from tensordict.utils import NestedKey
 from torch import Tensor, nn
-from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor
+from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
 __all__ = ["StochasticDuelingNetwork", "make_continuous_actor_critic"]
 
@@ -56,6 +76,14 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
     ``action_value`` Q̃(x, a) (shape [*B, 1]) when the action and the statistics are present:
     V of a next state needs neither. Giving only some of the three raises an error.
 
+    With a ``torso`` (a TensorDict module, e.g. an encoder followed by TorchRL's
+    ``LSTMModule`` / ``GRUModule``), :meth:`forward` runs it first and both heads read the
+    features it writes under ``observation_key`` (shape [*B, F]) instead of the observation;
+    the module's ``in_keys`` are then the torso's (observation, stored hidden states,
+    ``is_init``) plus action / loc / scale, and its ``out_keys`` include what the torso writes
+    (e.g. ``("next", hidden)``). The tensor API (:meth:`state_value`, :meth:`advantage`,
+    :meth:`action_value`) always takes the heads' input, i.e. the features.
+
     The samples come from torch's global random number generator (``torch.manual_seed`` makes
     the output reproducible); each call draws fresh ones.
 
@@ -65,7 +93,10 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
             [*B, O] and [*B, d] (also with an extra leading sample dim, [n, *B, O] and
             [n, *B, d]); returns A(x, a), shape [*B, 1].
         num_samples: n, the number of samples u_i ∼ π(·|x) in the dueling correction.
-        observation_key: the observation entry.
+        observation_key: the entry both heads read: the observation, or with a ``torso`` the
+            features it writes (one of its ``out_keys``).
+        torso: optional TensorDict module run before the heads (see above), e.g. the critic
+            memory of :func:`make_continuous_actor_critic` with ``recurrent="lstm"``.
         action_key: the action entry a.
         loc_key: the policy mean entry.
         scale_key: the policy standard deviation entry (> 0).
@@ -97,10 +128,23 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         scale_key: NestedKey = "scale",
         state_value_key: NestedKey = "state_value",
         action_value_key: NestedKey = "action_value",
+        torso: TensorDictModuleBase | None = None,
     ) -> None:
         super().__init__()
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+        if torso is not None:
+            if not isinstance(torso, TensorDictModuleBase):
+                raise TypeError(
+                    f"torso must be a TensorDict module (TensorDictModuleBase), got "
+                    f"{type(torso).__name__}"
+                )
+            if observation_key not in torso.out_keys:
+                raise ValueError(
+                    f"with a torso, observation_key ({observation_key!r}) must be one of the "
+                    f"torso's out_keys {list(torso.out_keys)}: the heads read its features"
+                )
+        self.torso = torso
         self.value_network = value_network
         self.advantage_network = advantage_network
         self.num_samples = num_samples
@@ -110,8 +154,10 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
         self.scale_key = scale_key
         self.state_value_key = state_value_key
         self.action_value_key = action_value_key
-        self.in_keys = [observation_key, action_key, loc_key, scale_key]
-        self.out_keys = [state_value_key, action_value_key]
+        inputs = [observation_key] if torso is None else list(torso.in_keys)
+        self.in_keys = [*dict.fromkeys([*inputs, action_key, loc_key, scale_key])]
+        outputs = [] if torso is None else list(torso.out_keys)
+        self.out_keys = [*dict.fromkeys([*outputs, state_value_key, action_value_key])]
 
     # ------------------------------------------------------------------ tensor API
     def state_value(self, observation: Tensor) -> Tensor:
@@ -175,7 +221,12 @@ class StochasticDuelingNetwork(TensorDictModuleBase):
 
     # ------------------------------------------------------------------ TensorDict API
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Write ``state_value`` and, given action/loc/scale, ``action_value`` into the input."""
+        """Write ``state_value`` and, given action/loc/scale, ``action_value`` into the input.
+
+        With a torso, it runs first and writes its outputs (features, next hidden states) too.
+        """
+        if self.torso is not None:
+            tensordict = self.torso(tensordict)
         observation = tensordict.get(self.observation_key)
         value = self.state_value(observation)
         tensordict.set(self.state_value_key, value)
@@ -225,6 +276,60 @@ def _mlp(in_features: int, out_features: int, hidden: Sequence[int], head_gain: 
     return net
 
 
+def _linear(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    """A linear layer with orthogonal weights (``gain``) and zero bias."""
+    layer = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _memory(
+    name: str,
+    observation_key: str,
+    observation_dim: int,
+    hidden_sizes: Sequence[int],
+    recurrent: str,
+    recurrent_size: int,
+) -> TensorDictSequential:
+    """Observation → tanh MLP encoder → LSTM/GRU with its own hidden keys → ``{name}_memory``.
+
+    The encoder's last layer is activated (as ``make_actor_critic``'s recurrent branches); with
+    no ``hidden_sizes`` the memory reads the observation itself. Hidden-state keys:
+    ``{name}_recurrent_state_h`` / ``_c`` (LSTM) or ``{name}_recurrent_state`` (GRU), each of
+    shape [*B, 1, recurrent_size].
+    """
+    modules: list[TensorDictModuleBase] = []
+    memory_in, width = observation_key, observation_dim
+    if hidden_sizes:
+        encoder = MLP(
+            in_features=observation_dim,
+            out_features=hidden_sizes[-1],
+            num_cells=list(hidden_sizes[:-1]),
+            activation_class=nn.Tanh,
+            activate_last_layer=True,
+        )
+        for layer in encoder.modules():
+            if isinstance(layer, nn.Linear):
+                nn.init.orthogonal_(layer.weight, 2**0.5)
+                nn.init.zeros_(layer.bias)
+        memory_in, width = f"{name}_embed", hidden_sizes[-1]
+        modules.append(TensorDictModule(encoder, [observation_key], [memory_in]))
+    if recurrent == "lstm":
+        hidden, memory_cls = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"], LSTMModule
+    else:
+        hidden, memory_cls = [f"{name}_recurrent_state"], GRUModule
+    modules.append(
+        memory_cls(
+            input_size=width,
+            hidden_size=recurrent_size,
+            in_keys=[memory_in, *hidden],
+            out_keys=[f"{name}_memory", *(("next", k) for k in hidden)],
+        )
+    )
+    return TensorDictSequential(*modules)
+
+
 def make_continuous_actor_critic(
     observation_dim: int,
     action_dim: int,
@@ -234,6 +339,8 @@ def make_continuous_actor_critic(
     state_dependent_scale: bool = False,
     init_scale: float = 1.0,
     observation_key: str = "observation",
+    recurrent: Literal["lstm", "gru"] | None = None,
+    recurrent_size: int = 64,
 ) -> tuple[ProbabilisticActor, StochasticDuelingNetwork]:
     """Build continuous ACER's diagonal Gaussian actor and stochastic dueling critic.
 
@@ -255,6 +362,24 @@ def make_continuous_actor_critic(
     Andrychowicz et al., 2021, arXiv:2006.05990, §3.2). ``state_dependent_scale=True`` instead
     has the MLP output 2d values split by ``NormalParamExtractor`` (biased softplus, σ(0) = 1).
 
+    **Recurrent torsos** (``recurrent="lstm"`` or ``"gru"``; see the module docstring's
+    diagram). Actor and critic get separate memories (TorchRL ``LSTMModule`` / ``GRUModule``,
+    as :func:`~ac_extensions.modules.make_actor_critic`): observation → tanh MLP encoder
+    (``hidden_sizes``, last layer activated) → memory of ``recurrent_size`` → the heads. The
+    actor's head is one linear layer to loc (or to 2d values for a state-dependent scale);
+    the critic's memory is the SDN's ``torso``, whose features feed V (one linear layer) and
+    A(x, a) (a tanh MLP with one hidden layer of ``hidden_sizes[-1]`` on [features, action]).
+    Hidden-state keys, each of shape [*B, 1, recurrent_size]: ``actor_recurrent_state_h`` /
+    ``actor_recurrent_state_c`` and ``critic_recurrent_state_h`` / ``critic_recurrent_state_c``
+    (LSTM), or ``actor_recurrent_state`` and ``critic_recurrent_state`` (GRU); both modules
+    also read ``is_init``. Build the env with
+    ``recurrent_env_transforms(collection_policy(actor, critic))`` and collect with
+    ``collection_policy(actor, critic)`` so that both hidden states are stored (the critic then
+    also writes Q̃ at collection, drawing its u_i from the global generator). Replaying the
+    stored sequences (recurrent mode, :class:`~ac_extensions.objectives.ContinuousACERLoss`)
+    reproduces the collection-time loc/scale; the stored states can be refreshed with the
+    loss's ``burn_in`` (Kapturowski et al., 2019, R2D2 §3).
+
     Args:
         observation_dim: O, the size of the flat observation.
         action_dim: d, the number of action dimensions.
@@ -263,6 +388,9 @@ def make_continuous_actor_critic(
         state_dependent_scale: learn σ(x) with an MLP head instead of one log σ per dim.
         init_scale: initial σ of the state-independent scale (> 0).
         observation_key: the observation entry to read.
+        recurrent: ``"lstm"`` or ``"gru"`` for recurrent torsos, ``None`` (default) for the
+            feed-forward networks above.
+        recurrent_size: hidden size of each memory (recurrent torsos only).
 
     Returns:
         ``(actor, critic)``. The actor (a ``ProbabilisticActor``) reads ``observation``
@@ -284,9 +412,37 @@ def make_continuous_actor_critic(
         (torch.Size([5, 2]), torch.Size([5]), tensor([1., 1.], grad_fn=<SelectBackward0>))
         >>> critic(td)["action_value"].shape
         torch.Size([5, 1])
+
+        A recurrent pair, one step at a time (sequential mode, as at collection):
+
+        >>> actor, critic = make_continuous_actor_critic(
+        ...     3, 2, hidden_sizes=(8,), recurrent="gru", recurrent_size=6)
+        >>> td = TensorDict({"observation": torch.randn(5, 3),
+        ...                  "is_init": torch.ones(5, 1, dtype=torch.bool),
+        ...                  "actor_recurrent_state": torch.zeros(5, 1, 6),
+        ...                  "critic_recurrent_state": torch.zeros(5, 1, 6)}, [5])
+        >>> td = critic(actor(td))
+        >>> td["next", "actor_recurrent_state"].shape, td["action_value"].shape
+        (torch.Size([5, 1, 6]), torch.Size([5, 1]))
     """
     if not init_scale > 0:
         raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
+    if recurrent is not None:
+        if recurrent not in ("lstm", "gru"):
+            raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {recurrent!r}")
+        if type(recurrent_size) is not int or recurrent_size < 1:
+            raise ValueError(f"recurrent_size must be an int >= 1, got {recurrent_size!r}")
+        return _recurrent_actor_critic(
+            observation_dim,
+            action_dim,
+            hidden_sizes=hidden_sizes,
+            num_samples=num_samples,
+            state_dependent_scale=state_dependent_scale,
+            init_scale=init_scale,
+            observation_key=observation_key,
+            recurrent=recurrent,
+            recurrent_size=recurrent_size,
+        )
     if state_dependent_scale:
         body = nn.Sequential(
             _mlp(observation_dim, 2 * action_dim, hidden_sizes, head_gain=0.01),
@@ -311,5 +467,58 @@ def make_continuous_actor_critic(
         _ObservationActionMLP(_mlp(observation_dim + action_dim, 1, hidden_sizes, head_gain=1.0)),
         num_samples=num_samples,
         observation_key=observation_key,
+    )
+    return actor, critic
+
+
+def _recurrent_actor_critic(
+    observation_dim: int,
+    action_dim: int,
+    *,
+    hidden_sizes: Sequence[int],
+    num_samples: int,
+    state_dependent_scale: bool,
+    init_scale: float,
+    observation_key: str,
+    recurrent: str,
+    recurrent_size: int,
+) -> tuple[ProbabilisticActor, StochasticDuelingNetwork]:
+    """The recurrent variant of :func:`make_continuous_actor_critic` (see its docstring)."""
+    if state_dependent_scale:
+        head = nn.Sequential(
+            _linear(recurrent_size, 2 * action_dim, gain=0.01),
+            NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
+        )
+    else:
+        head = nn.Sequential(
+            _linear(recurrent_size, action_dim, gain=0.01),
+            AddStateIndependentNormalScale(
+                action_dim, scale_mapping="exp", init_value=math.log(init_scale)
+            ),
+        )
+    actor_memory = _memory(
+        "actor", observation_key, observation_dim, hidden_sizes, recurrent, recurrent_size
+    )
+    actor = ProbabilisticActor(
+        TensorDictSequential(
+            actor_memory, TensorDictModule(head, ["actor_memory"], ["loc", "scale"])
+        ),
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    critic_memory = _memory(
+        "critic", observation_key, observation_dim, hidden_sizes, recurrent, recurrent_size
+    )
+    advantage_hidden = list(hidden_sizes[-1:])
+    critic = StochasticDuelingNetwork(
+        _linear(recurrent_size, 1, gain=1.0),
+        _ObservationActionMLP(
+            _mlp(recurrent_size + action_dim, 1, advantage_hidden, head_gain=1.0)
+        ),
+        num_samples=num_samples,
+        observation_key="critic_memory",
+        torso=critic_memory,
     )
     return actor, critic

@@ -11,11 +11,12 @@ from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, Tenso
 from tensordict.utils import NestedKey
 from torch import Tensor
 from torch.distributions import Independent, Normal
-from torchrl.modules import IndependentNormal
+from torchrl.modules import IndependentNormal, set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._sequence import valid_mask
+from ac_extensions.objectives._replay import burn_in, is_recurrent, next_step_outputs
+from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 
 _GAUSSIAN_CLASSES = (IndependentNormal, Normal)
 
@@ -76,9 +77,10 @@ class ContinuousACERLoss(LossModule):
     :class:`~ac_extensions.modules.StochasticDuelingNetwork`): the critic network reads
     ``observation``, ``action`` and the current policy's ``loc`` / ``scale`` (detached; its n
     samples u_i ∼ π(·|x_t) come from them) and writes ``state_value`` V(x) and
-    ``action_value`` Q̃(x, a). Called with the observation alone it must write ``state_value``
-    (used for V(x_{t+1})). The gradient of ``loss_critic`` reaches the V and A heads through
-    Q̃ and V, and never the actor.
+    ``action_value`` Q̃(x, a). Called with the observation alone (plus, for a recurrent critic,
+    its stored hidden state and ``is_init``) it must write ``state_value`` (used for
+    V(x_{t+1})). The gradient of ``loss_critic`` reaches the V and A heads (and a recurrent
+    critic's memory) through Q̃ and V, and never the actor.
 
     **Policy term** (§5): truncated importance sampling with c (paper: 10) on the stored action,
     plus the bias correction estimated with **one** fresh sample a'_t ∼ π(·|x_t) per step
@@ -98,6 +100,19 @@ class ContinuousACERLoss(LossModule):
     eps=average_policy_decay)`` after every optimiser step (θ_avg ← α θ_avg + (1 − α) θ,
     paper α = 0.99). ``trust_region_delta=inf`` disables it.
 
+    **Recurrent networks** (a TorchRL ``LSTMModule`` / ``GRUModule`` inside the actor or the
+    critic, e.g. :func:`~ac_extensions.modules.make_continuous_actor_critic` with
+    ``recurrent="lstm"``): the input also holds the hidden states stored at collection (the
+    networks' own keys, e.g. ``actor_recurrent_state_h``, each [*B, T, *H]), ``is_init`` and,
+    under ``("next", ...)``, the critic's next hidden states and ``is_init``. The networks run in
+    recurrent mode over the whole ``[B, T]`` sequence from the state stored at its first step
+    (restarting from the stored state where ``is_init`` is set), as
+    :class:`~ac_extensions.objectives.ACERLoss`; the next-state values V(x_{t+1}) come from the
+    critic run step by step (sequential mode) from the hidden states stored under
+    ``("next", ...)``, so they equal the values the critic gave at collection time's next
+    step. The stored state may be stale (computed by an older network): ``burn_in`` rebuilds it
+    (Kapturowski et al., 2019, "Recurrent Experience Replay in Distributed RL", R2D2 §3).
+
     **Randomness.** The fresh actions a'_t and the dueling network's samples u_i are drawn from
     torch's global random number generator: the loss is deterministic under ``torch.manual_seed``
     and stochastic otherwise.
@@ -115,6 +130,11 @@ class ContinuousACERLoss(LossModule):
         trust_region_delta: δ (paper: 1; ``inf`` disables the trust region).
         entropy_coeff: entropy bonus coefficient.
         critic_coeff: critic loss coefficient (openai/baselines and pfrl ``Q_loss_coef``: 0.5).
+        burn_in: recurrent networks only: the first ``burn_in`` steps of each sequence only
+            warm the memories up from the stored state, without gradient, and are left out of
+            every loss term and of :meth:`targets` (Kapturowski et al., 2019, R2D2 §3; see
+            ``objectives._replay.burn_in``): the losses see T − ``burn_in`` steps, which must be
+            at least 1. ``burn_in > 0`` without a recurrent network is a ``ValueError``.
 
     Example:
         >>> import torch
@@ -135,6 +155,21 @@ class ContinuousACERLoss(LossModule):
         ['loss_critic', 'loss_entropy', 'loss_objective']
         >>> loss.targets(td)["q_ret"].shape
         torch.Size([2, 5, 1])
+
+        Recurrent networks with burn-in (the hidden states and ``is_init`` come from the
+        collector; zeros and a reset at t = 0 here):
+
+        >>> actor, critic = make_continuous_actor_critic(
+        ...     4, 2, hidden_sizes=(16,), recurrent="gru", recurrent_size=8)
+        >>> loss = ContinuousACERLoss(actor, critic, burn_in=2)
+        >>> is_init = torch.zeros(2, 5, 1, dtype=torch.bool)
+        >>> is_init[:, 0] = True
+        >>> for key in ("actor_recurrent_state", "critic_recurrent_state"):
+        ...     td[key] = torch.zeros(2, 5, 1, 8)
+        ...     td["next", key] = torch.zeros(2, 5, 1, 8)
+        >>> td["is_init"], td["next", "is_init"] = is_init, torch.zeros_like(is_init)
+        >>> loss.targets(td)["q_ret"].shape  # the last T − burn_in = 3 steps
+        torch.Size([2, 3, 1])
     """
 
     @dataclass
@@ -178,6 +213,7 @@ class ContinuousACERLoss(LossModule):
         trust_region_delta: float = 1.0,
         entropy_coeff: float = 0.01,
         critic_coeff: float = 0.5,
+        burn_in: int = 0,
     ) -> None:
         super().__init__()
         if not 0.0 <= gamma <= 1.0:
@@ -202,6 +238,15 @@ class ContinuousACERLoss(LossModule):
         # The average policy π_avg is the actor's target parameters (kept by SoftUpdate).
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
         self.convert_to_functional(critic_network, "critic_network")
+        self._recurrent = is_recurrent(actor_network, critic_network)
+        if type(burn_in) is not int or burn_in < 0 or (burn_in and not self._recurrent):
+            raise ValueError(
+                f"burn_in must be an int >= 0, and > 0 only with a recurrent network; got "
+                f"{burn_in!r} (recurrent: {self._recurrent})"
+            )
+        self.burn_in = burn_in
+        self._recurrent_keys = _recurrent_in_keys(actor_network, critic_network)
+        self._hidden_keys = [k for k in self._recurrent_keys if k != "is_init"]
         self.gamma = gamma
         self.truncation_threshold = truncation_threshold
         self.trust_region_delta = trust_region_delta
@@ -288,6 +333,38 @@ class ContinuousACERLoss(LossModule):
             out = self.critic_network(inputs)
         return out.get(keys.state_value), out.get(keys.action_value) if action is not None else None
 
+    def _run_networks(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Everything the current actor and critic (V only) write; burn-in reads their states."""
+        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
+        with self.actor_network_params.to_module(self.actor_network):
+            net = self.actor_network
+            out = net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+        inputs = tensordict.select(*self._critic_observation_keys(), strict=False).copy()
+        with self.critic_network_params.to_module(self.critic_network):
+            out.update(self.critic_network(inputs))
+        return out
+
+    def _next_state_value(self, tensordict: TensorDictBase, value: Tensor) -> Tensor:
+        """V(x_{t+1}), shape [*B, T, 1], detached.
+
+        Feed-forward critic: one pass on ``("next", ...)``. Recurrent networks: the critic runs
+        step by step (sequential mode) from the hidden states stored under ``("next", ...)``
+        (``objectives._replay.next_step_outputs``).
+        """
+        nxt = tensordict.get("next")
+        if not self._recurrent:
+            return self._critic(nxt)[0]
+        (next_value,) = next_step_outputs(
+            tensordict,
+            nxt,
+            (value,),
+            lambda td: (self._critic(td)[0],),
+            self._critic_observation_keys(),
+            self.tensor_keys.done,
+            recurrent=True,
+        )
+        return next_value
+
     # ------------------------------------------------------------------ validation
     def _validate(self, tensordict: TensorDictBase) -> None:
         """Check keys, shapes and values of the input or raise (naming key, expected, actual)."""
@@ -308,12 +385,21 @@ class ContinuousACERLoss(LossModule):
                 f"{list(self.critic_network.in_keys)}"
             )
         behavior = (keys.behavior_loc, keys.behavior_scale)
+        recurrent = {*self._recurrent_keys, *(("next", k) for k in self._recurrent_keys)}
         for key in self.in_keys:
             if tensordict.get(key, None) is None:
-                why = " (the behavior policy's Gaussian statistics, stored at collection)"
+                why = ""
+                if key in behavior:
+                    why = " (the behavior policy's Gaussian statistics, stored at collection)"
+                elif key in recurrent:
+                    why = (
+                        " (a recurrent network's stored state: build the env with "
+                        "ac_extensions.modules.recurrent_env_transforms(collection_policy(actor,"
+                        " critic)) and collect with collection_policy(actor, critic))"
+                    )
                 raise KeyError(
                     f"{name}: the input (batch_size {list(tensordict.batch_size)}) has no key "
-                    f"{key!r}" + (why if key in behavior else "")
+                    f"{key!r}" + why
                 )
 
     def _validate_behavior(self, tensordict: TensorDictBase) -> None:
@@ -392,7 +478,7 @@ class ContinuousACERLoss(LossModule):
         # V(x_t) and Q̃(x_t, a_t) from the stochastic dueling network (§5.1)     [*B, T, 1]
         value, chosen_q = self._critic(tensordict, action, loc, scale)
         with torch.no_grad():
-            next_value, _ = self._critic(nxt)  # V(x_{t+1})                          [*B, T, 1]
+            next_value = self._next_state_value(tensordict, value)  # V(x_{t+1})     [*B, T, 1]
             reward, done, terminated = (
                 nxt.get(k) for k in (keys.reward, keys.done, keys.terminated)
             )
@@ -430,26 +516,34 @@ class ContinuousACERLoss(LossModule):
         }
 
     def _prepare(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, bool]:
+        """Validate, add B to a single sequence [T], then burn in (R2D2) if asked."""
         self._validate(tensordict)
         single = tensordict.batch_dims == 1  # a single sequence [T]
-        return (tensordict.unsqueeze(0) if single else tensordict), single
+        tensordict = tensordict.unsqueeze(0) if single else tensordict
+        if self.burn_in:  # the first steps only warm the memories up; the losses see the rest
+            tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
+        return tensordict, single
 
     def targets(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The per-step quantities the loss builds its targets from (detached).
+
+        Recurrent networks run in recurrent mode, as in :meth:`forward`.
 
         Args:
             tensordict: the same input as :meth:`forward`, batch shape [T] or [B, T].
 
         Returns:
-            A TensorDict with the input's batch shape holding, each of shape [*B, T, 1]:
+            A TensorDict with the input's batch shape (with ``burn_in`` > 0: its last
+            T − ``burn_in`` steps) holding, each of shape [*B, T, 1]:
             ``ratio`` (ρ_t), ``trace`` (c_t = min(1, ρ_t^{1/d})), ``state_value`` (V(x_t)),
             ``action_value`` (Q̃(x_t, a_t)), ``next_state_value`` (V(x_{t+1})), ``q_ret``,
             ``q_opc`` and ``value_target`` (V^tgt_t). Q̃ is stochastic: under the same seed
             as a :meth:`forward` call, these are the values that call used.
         """
-        prepared, single = self._prepare(tensordict)
-        with torch.no_grad():
-            step = self._step_targets(prepared)
+        with set_recurrent_mode(True):
+            prepared, single = self._prepare(tensordict)
+            with torch.no_grad():
+                step = self._step_targets(prepared)
         out = TensorDict(
             {
                 "ratio": step["ratio"],

@@ -140,3 +140,184 @@ class TestContinuousActor:
         scale = actor(obs.clone())["scale"]
         assert not torch.allclose(scale, scale[:1].expand_as(scale))
         assert (scale > 0).all()
+
+
+def feed_forward_reference(state_dependent_scale):
+    """The feed-forward networks built by hand as before the recurrent option existed."""
+    from tensordict.nn import TensorDictModule
+    from tensordict.nn.distributions import AddStateIndependentNormalScale, NormalParamExtractor
+    from torchrl.modules import IndependentNormal, ProbabilisticActor
+
+    from ac_extensions.modules.dueling import _mlp, _ObservationActionMLP
+
+    hidden = (16,)
+    if state_dependent_scale:
+        body = torch.nn.Sequential(
+            _mlp(OBS, 2 * ACT, hidden, head_gain=0.01),
+            NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
+        )
+    else:
+        body = torch.nn.Sequential(
+            _mlp(OBS, ACT, hidden, head_gain=0.01),
+            AddStateIndependentNormalScale(ACT, scale_mapping="exp", init_value=math.log(0.8)),
+        )
+    actor = ProbabilisticActor(
+        TensorDictModule(body, ["observation"], ["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        distribution_class=IndependentNormal,
+        return_log_prob=True,
+    )
+    sdn = StochasticDuelingNetwork(
+        _mlp(OBS, 1, hidden, head_gain=1.0),
+        _ObservationActionMLP(_mlp(OBS + ACT, 1, hidden, head_gain=1.0)),
+    )
+    return actor, sdn
+
+
+def recurrent_pair(cell, state_dependent_scale=False, seed=0):
+    torch.manual_seed(seed)
+    return make_continuous_actor_critic(
+        OBS,
+        ACT,
+        hidden_sizes=(16,),
+        recurrent=cell,
+        recurrent_size=8,
+        state_dependent_scale=state_dependent_scale,
+        init_scale=0.8,
+    )
+
+
+def hidden_keys(cell, name):
+    if cell == "lstm":
+        return [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"]
+    return [f"{name}_recurrent_state"]
+
+
+def run_step_by_step(actor, sdn, observation, is_init, cell):
+    """Sequential mode (as at collection) over [B, T], carrying both hidden states by hand."""
+    batch, steps = observation.shape[:2]
+    keys = hidden_keys(cell, "actor") + hidden_keys(cell, "critic")
+    state = {k: torch.zeros(batch, 1, 8) for k in keys}
+    rows, starts = [], {k: [] for k in keys}
+    for t in range(steps):
+        td = TensorDict({"observation": observation[:, t], "is_init": is_init[:, t]}, [batch])
+        reset = is_init[:, t].reshape(batch, 1, 1)
+        state = {k: torch.where(reset, 0.0, v) for k, v in state.items()}  # the primer's reset
+        td.update(state)
+        for k in keys:
+            starts[k].append(state[k])
+        with torch.no_grad():
+            stats, values = actor.get_dist_params(td.clone()), sdn(td.clone())
+        rows.append(stats.select("loc", "scale").update(values.select("state_value")))
+        state = {k: (stats if k.startswith("actor") else values)["next", k] for k in keys}
+    out = torch.stack(rows, 1)
+    stored = {k: torch.stack(v, 1) for k, v in starts.items()}
+    return out, stored
+
+
+class TestRecurrent:
+    @pytest.mark.parametrize("state_dependent_scale", [False, True])
+    def test_feed_forward_networks_are_unchanged(self, state_dependent_scale):
+        # Same parameter names, values (same RNG draws) and outputs as the hand-built networks.
+        torch.manual_seed(0)
+        actor, sdn = make_continuous_actor_critic(
+            OBS,
+            ACT,
+            hidden_sizes=(16,),
+            init_scale=0.8,
+            state_dependent_scale=state_dependent_scale,
+        )
+        torch.manual_seed(0)
+        ref_actor, ref_sdn = feed_forward_reference(state_dependent_scale)
+        for new, old in ((actor, ref_actor), (sdn, ref_sdn)):
+            new_params, old_params = dict(new.named_parameters()), dict(old.named_parameters())
+            assert list(new_params) == list(old_params)
+            assert all(torch.equal(new_params[k], old_params[k]) for k in old_params)
+        assert sdn.torso is None
+        assert sdn.in_keys == ["observation", "action", "loc", "scale"]
+        assert sdn.out_keys == ["state_value", "action_value"]
+        td = TensorDict({"observation": torch.randn(6, OBS)}, [6])
+        torch.manual_seed(1)
+        out = sdn(actor(td.clone()))
+        torch.manual_seed(1)
+        expected = ref_sdn(ref_actor(td.clone()))
+        for key in ("loc", "scale", "action", "state_value", "action_value"):
+            assert torch.equal(out[key], expected[key]), key
+
+    @pytest.mark.parametrize("cell", ["lstm", "gru"])
+    def test_separate_memories_and_distinct_hidden_keys(self, cell):
+        actor, sdn = recurrent_pair(cell)
+        actor_keys, critic_keys = hidden_keys(cell, "actor"), hidden_keys(cell, "critic")
+        assert set(actor.in_keys) == {"observation", "is_init", *actor_keys}
+        assert set(sdn.in_keys) == {
+            "observation", "is_init", *critic_keys, "action", "loc", "scale"
+        }  # fmt: skip
+        assert {("next", k) for k in critic_keys} <= set(sdn.out_keys)
+        actor_params = {p.data_ptr() for p in actor.parameters()}
+        assert not actor_params & {p.data_ptr() for p in sdn.parameters()}
+        # A(x, a) reads [critic features, action]: recurrent_size + d inputs.
+        assert sdn.advantage_network.net[0].in_features == 8 + ACT
+        assert sdn.observation_key == "critic_memory"
+
+    @pytest.mark.parametrize("state_dependent_scale", [False, True])
+    @pytest.mark.parametrize("cell", ["lstm", "gru"])
+    def test_recurrent_mode_replays_the_step_by_step_outputs(self, cell, state_dependent_scale):
+        # Run step by step (sequential, hidden carried, a reset at t = 4 in row 1), store the
+        # incoming states; a recurrent-mode pass over [B, T] from the stored states gives the
+        # same loc, scale and V at every step.
+        from torchrl.modules import set_recurrent_mode
+
+        actor, sdn = recurrent_pair(cell, state_dependent_scale)
+        gen = torch.Generator().manual_seed(3)
+        observation = torch.randn(2, 7, OBS, generator=gen)
+        is_init = torch.zeros(2, 7, 1, dtype=torch.bool)
+        is_init[:, 0] = True
+        is_init[1, 4] = True
+        expected, stored = run_step_by_step(actor, sdn, observation, is_init, cell)
+        td = TensorDict({"observation": observation, "is_init": is_init, **stored}, [2, 7])
+        with set_recurrent_mode(True), torch.no_grad():
+            out = sdn(td.clone()).update(actor.get_dist_params(td.clone()).select("loc", "scale"))
+        for key in ("loc", "scale", "state_value"):
+            torch.testing.assert_close(out[key], expected[key], atol=1e-6, rtol=0)
+        assert (expected["loc"][:, 1] != expected["loc"][:, 0]).all()  # the memory matters
+
+    @pytest.mark.parametrize("cell", ["lstm", "gru"])
+    def test_dueling_heads_read_the_critic_features(self, cell):
+        # Q̃(x, a) = V(h) + A(h, a) − (1/n) Σ_i A(h, u_i), h the critic memory's output.
+        _, sdn = recurrent_pair(cell)
+        state = {k: torch.randn(5, 1, 8) for k in hidden_keys(cell, "critic")}
+        _, action, loc, scale = (x.float() for x in inputs())
+        td = TensorDict(
+            {"observation": torch.randn(5, OBS), "is_init": torch.zeros(5, 1, dtype=torch.bool),
+             "action": action, "loc": loc, "scale": scale, **state}, [5]
+        )  # fmt: skip
+        torch.manual_seed(4)
+        out = sdn(td.clone())
+        features = out["critic_memory"]
+        assert features.shape == (5, 8)
+        torch.manual_seed(4)
+        expected = sdn.action_value(features, action, loc, scale)
+        torch.testing.assert_close(out["action_value"], expected)
+        torch.testing.assert_close(out["state_value"], sdn.state_value(features))
+        assert out["next", hidden_keys(cell, "critic")[0]].shape == (5, 1, 8)
+        # The stored hidden state changes V: the critic is recurrent.
+        other = td.clone()
+        for key in state:
+            other[key] = torch.zeros_like(other[key])
+        assert not torch.allclose(sdn(other)["state_value"], out["state_value"])
+
+    def test_recurrent_bad_arguments(self):
+        with pytest.raises(ValueError, match="recurrent must be 'lstm', 'gru' or None"):
+            make_continuous_actor_critic(OBS, ACT, recurrent="rnn")
+        with pytest.raises(ValueError, match="recurrent_size must be an int >= 1"):
+            make_continuous_actor_critic(OBS, ACT, recurrent="gru", recurrent_size=0)
+        _, sdn = recurrent_pair("gru")
+        with pytest.raises(TypeError, match="torso must be a TensorDict module"):
+            StochasticDuelingNetwork(
+                sdn.value_network, sdn.advantage_network, torso=torch.nn.Identity()
+            )
+        with pytest.raises(ValueError, match=r"observation_key \('observation'\) must be one"):
+            StochasticDuelingNetwork(sdn.value_network, sdn.advantage_network, torso=sdn.torso)
+        with pytest.raises(KeyError):  # no stored hidden state
+            sdn(TensorDict({"observation": torch.randn(5, OBS)}, [5]))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -515,3 +516,201 @@ class TestBadInput:
     def test_no_value_estimator(self):
         with pytest.raises(NotImplementedError, match="retrace_targets"):
             ContinuousACERLoss(*networks()).make_value_estimator("retrace")
+
+
+# Loss values of the feed-forward networks, recorded with the code before the recurrent
+# option was added (torch 2.13 CPU): the feed-forward path must not move.
+FEED_FORWARD_GOLDEN = {
+    False: {
+        "loss_objective": 1.9415959119796753,
+        "loss_critic": 1.0011171102523804,
+        "loss_entropy": -0.02391589805483818,
+        "ratio_mean": 0.6045281291007996,
+        "q_ret_mean": 0.9731683731079102,
+        "q_opc_mean": 1.209624171257019,
+        "critic_v_term": 0.6853880286216736,
+    },
+    True: {
+        "loss_objective": 1.5752373933792114,
+        "loss_critic": 1.1758099794387817,
+        "loss_entropy": -0.028371168300509453,
+        "ratio_mean": 0.5752673745155334,
+        "q_ret_mean": 0.8239659667015076,
+        "q_opc_mean": 0.8788759112358093,
+        "critic_v_term": 0.8641257286071777,
+    },
+}
+
+
+@functools.cache
+def _collect(cell, frames=60, max_steps=20):
+    """A recurrent actor/critic pair and one Pendulum-v1 sequence [1, frames] it collected.
+
+    Episodes are cut at ``max_steps`` (StepCounter), so resets happen inside the sequence.
+    The behavior statistics are the collection-time loc/scale.
+    """
+    from torchrl.collectors import Collector
+    from torchrl.envs import Compose, GymEnv, StepCounter, TransformedEnv
+
+    from ac_extensions.modules import collection_policy, recurrent_env_transforms
+
+    torch.manual_seed(0)
+    actor, critic = make_continuous_actor_critic(
+        3, 1, hidden_sizes=(16,), recurrent=cell, recurrent_size=8
+    )
+    policy = collection_policy(actor, critic)  # both memories run: both states are stored
+    env = TransformedEnv(
+        GymEnv("Pendulum-v1"),
+        Compose(StepCounter(max_steps=max_steps), recurrent_env_transforms(policy)),
+    )
+    env.set_seed(0)
+    collector = Collector(env, policy, frames_per_batch=frames, total_frames=frames)
+    batch = next(iter(collector)).unsqueeze(0)
+    collector.shutdown()
+    env.close()
+    batch["behavior", "loc"] = batch["loc"].clone()
+    batch["behavior", "scale"] = batch["scale"].clone()
+    return actor, critic, batch
+
+
+def collected(cell):
+    actor, critic, batch = _collect(cell)
+    return actor, critic, batch.clone()
+
+
+def recurrent_keys(batch):
+    return [k for k in batch.keys() if isinstance(k, str) and "recurrent_state" in k]
+
+
+class TestRecurrent:
+    @pytest.mark.parametrize("state_dependent_scale", [False, True])
+    def test_feed_forward_loss_is_unchanged(self, state_dependent_scale):
+        torch.manual_seed(0)
+        actor, critic = make_continuous_actor_critic(
+            OBS,
+            ACT,
+            hidden_sizes=(16,),
+            init_scale=0.8,
+            state_dependent_scale=state_dependent_scale,
+        )
+        loss = ContinuousACERLoss(actor, critic, gamma=0.9)
+        assert not loss._recurrent and loss.burn_in == 0
+        out = seeded(loss, sequences())
+        for key, value in FEED_FORWARD_GOLDEN[state_dependent_scale].items():
+            torch.testing.assert_close(out[key].item(), value, rtol=1e-5, atol=1e-7, msg=key)
+
+    @pytest.mark.timeout(120)
+    @pytest.mark.parametrize("cell", ["lstm", "gru"])
+    def test_recurrent_replay_matches_collection_and_step_by_step_values(self, cell):
+        # (1) Replaying the collected [1, T] sequence in recurrent mode from the stored state
+        # reproduces the collection-time loc/scale and V (the loss trains the policy that
+        # acted, so ρ = 1); (2) the loss's V(x_{t+1}) are the critic's step-by-step values from
+        # the stored next hidden states, which are also the collection-time V(x_{t+1}) where
+        # the episode goes on, across the resets inside the sequence.
+        from torchrl.modules import set_recurrent_mode
+
+        actor, critic, batch = collected(cell)
+        done = batch["next", "done"].squeeze(-1)[0]
+        assert done.sum() >= 2 and batch["is_init"][0, 1:].any()
+        loss = ContinuousACERLoss(actor, critic, gamma=0.9)
+        with set_recurrent_mode(True), torch.no_grad():
+            loc, scale = loss._policy_statistics(batch, loss.actor_network_params)
+        assert (loc - batch["loc"]).abs().max() < 1e-5
+        assert (scale - batch["scale"]).abs().max() < 1e-5
+        targets = loss.targets(batch)
+        assert (targets["state_value"] - batch["state_value"]).abs().max() < 1e-5
+        torch.testing.assert_close(targets["ratio"], torch.ones_like(targets["ratio"]))
+
+        nxt = batch["next"]
+        inputs = [k for k in critic.in_keys if k not in ("action", "loc", "scale")]
+        with torch.no_grad():  # sequential mode, one step at a time
+            expected = torch.stack(
+                [critic(nxt[:, t].select(*inputs).clone())["state_value"] for t in range(60)], 1
+            )
+        torch.testing.assert_close(targets["next_state_value"], expected, atol=1e-6, rtol=0)
+        goes_on = ~done[:-1]
+        torch.testing.assert_close(
+            targets["next_state_value"][0, :-1][goes_on],
+            batch["state_value"][0, 1:][goes_on],
+            atol=1e-5,
+            rtol=0,
+        )
+        out = seeded(loss, batch)
+        assert all(torch.isfinite(v) for v in out.values())
+        (out["loss_objective"] + out["loss_critic"]).backward()
+        grads = [p.grad for p in critic.torso.parameters()]
+        assert all(g is not None and g.abs().sum() > 0 for g in grads)  # the critic memory learns
+        actor.zero_grad(), critic.zero_grad()
+
+    @pytest.mark.timeout(120)
+    @pytest.mark.parametrize("cell", ["lstm", "gru"])
+    def test_burn_in_rebuilds_a_stale_stored_state(self, cell):
+        # The stored actor and critic states at step k are replaced by garbage. With
+        # burn_in = k the loss rebuilds them from steps 0..k−1 with the current networks
+        # (those that collected), so it equals the loss on steps k.. with the true stored
+        # states: same values and gradients. Without burn-in the garbage changes the loss.
+        actor, critic, batch = collected(cell)
+        is_init = batch["is_init"].squeeze(-1)[0]
+        k = next(t for t in range(7, 40) if not is_init[t])
+        hidden = recurrent_keys(batch)
+        assert len(hidden) == (4 if cell == "lstm" else 2)
+        stale = batch.clone()
+        for key in hidden:
+            stale[key][:, k] = torch.randn_like(stale[key][:, k])
+
+        exact = ContinuousACERLoss(actor, critic, gamma=0.9)
+        burned = ContinuousACERLoss(actor, critic, gamma=0.9, burn_in=k)
+        burned.load_state_dict(exact.state_dict())
+        expected = seeded(exact, batch[:, k:].clone())
+        got = seeded(burned, stale.clone())
+        for key in expected.keys():
+            torch.testing.assert_close(got[key], expected[key], msg=key)
+        grads = [
+            torch.autograd.grad(
+                out["loss_objective"] + out["loss_critic"] + out["loss_entropy"],
+                list(m.parameters()),
+                allow_unused=True,
+            )
+            for out, m in ((expected, exact), (got, burned))
+        ]
+        assert sum(g is not None for g in grads[0]) > 10
+        for a, b in zip(*grads, strict=True):
+            if a is None:
+                assert b is None
+            else:
+                torch.testing.assert_close(a, b)
+        # targets() burns in too; a single sequence [T] is a batch of one.
+        torch.manual_seed(0)
+        targets = burned.targets(stale[0].clone())
+        torch.manual_seed(0)
+        torch.testing.assert_close(targets, exact.targets(batch[0, k:].clone()))
+        assert targets.batch_size == (60 - k,)
+        corrupted = seeded(exact, stale[:, k:].clone())
+        assert not torch.allclose(corrupted["loss_critic"], expected["loss_critic"])
+
+    def test_recurrent_bad_input(self):
+        with pytest.raises(ValueError, match=r"burn_in .*recurrent network.*recurrent: False"):
+            ContinuousACERLoss(*networks(), burn_in=3)
+        actor, critic = make_continuous_actor_critic(
+            OBS, ACT, hidden_sizes=(8,), recurrent="gru", recurrent_size=4
+        )
+        with pytest.raises(ValueError, match="burn_in must be an int >= 0"):
+            ContinuousACERLoss(actor, critic, burn_in=-1)
+        loss = ContinuousACERLoss(actor, critic, burn_in=6)
+        td = sequences((2, 6))
+        td["is_init"] = torch.zeros(2, 6, 1, dtype=torch.bool)
+        td["is_init"][:, 0] = True
+        td["next", "is_init"] = torch.zeros(2, 6, 1, dtype=torch.bool)
+        for key in ("actor_recurrent_state", "critic_recurrent_state"):
+            td[key] = torch.zeros(2, 6, 1, 4)
+            td["next", key] = torch.zeros(2, 6, 1, 4)
+        with pytest.raises(ValueError, match=r"T = 6"):
+            loss(td)
+        loss.burn_in = 2
+        assert loss(td)["loss_critic"].isfinite()
+        with pytest.raises(KeyError, match=r"'critic_recurrent_state'.*recurrent_env_transforms"):
+            loss(td.exclude("critic_recurrent_state"))
+        with pytest.raises(KeyError, match=r"\('next', 'critic_recurrent_state'\).*stored state"):
+            loss(td.exclude(("next", "critic_recurrent_state")))
+        with pytest.raises(KeyError, match=r"'is_init'"):
+            loss(td.exclude("is_init"))
