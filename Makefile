@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint run bench-functional bench-ppo bench-acer clean
+.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-acer clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,16 @@ test: venv lint
 	$(BIN)/python -m pytest -q
 
 run: venv
-	$(BIN)/python examples/ppo_cartpole.py --frames 60000
+	$(BIN)/python benchmarks/run.py --quick
+
+bench: venv
+	$(BIN)/python benchmarks/run.py
+
+bench-learning: venv
+	$(BIN)/python benchmarks/run.py --only learning
+
+bench-throughput: venv
+	$(BIN)/python benchmarks/run.py --only throughput
 
 bench-ppo: venv
 	$(BIN)/pip install --quiet -e ".[bench]"

@@ -1,8 +1,8 @@
 """The package's import direction (style.md §4.1), checked on the source's AST.
 
 functional → torch only; modules → torch, tensordict, torchrl, functional;
-objectives → may add torchrl.objectives and modules; recipes → anything;
-nothing in the package imports recipes.
+objectives → may add torchrl.objectives and modules; recipes and cli → anything;
+nothing else in the package imports recipes; nothing but ``__main__`` imports cli.
 """
 
 from __future__ import annotations
@@ -66,9 +66,16 @@ def test_layer_imports_only_what_it_may(layer):
 
 def test_nothing_imports_recipes():
     for path in PACKAGE.rglob("*.py"):
-        if "recipes" in path.relative_to(PACKAGE).parts:
+        if {"recipes", "cli"} & set(path.relative_to(PACKAGE).parts):  # cli may import anything
             continue
         assert not any(n.startswith("ac_extensions.recipes") for n in imported_modules(path)), path
+
+
+def test_nothing_imports_cli():
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" in path.relative_to(PACKAGE).parts or path.name == "__main__.py":
+            continue
+        assert not any(n.startswith("ac_extensions.cli") for n in imported_modules(path)), path
 
 
 def test_layering_check_catches_a_violation(tmp_path):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ac_extensions.recipes import on_policy
+from ac_extensions.recipes._common import Checkpointer
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,11 @@ class A2CConfig(on_policy.OnPolicyConfig):
     """Raw advantages."""
 
 
-def train(config: A2CConfig | None = None) -> Iterator[dict[str, float]]:
+def train(
+    config: A2CConfig | None = None, *, checkpoint: Checkpointer | None = None
+) -> Iterator[dict[str, float]]:
     """Train A2C; yield one dict of scalar metrics per batch (see ``on_policy.train``)."""
-    return on_policy.train(config or A2CConfig())
+    return on_policy.train(config or A2CConfig(), checkpoint=checkpoint)
 
 
 __all__ = ["A2CConfig", "train"]

@@ -37,7 +37,15 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
 from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
-from ac_extensions.recipes._common import Progress, RunConfig, start_collector, stop_collector
+from ac_extensions.recipes._common import (
+    Checkpointer,
+    Progress,
+    RunConfig,
+    resume,
+    start_collector,
+    stop_collector,
+    training_state,
+)
 from ac_extensions.recipes.envs import make_batched_env, observation_size
 
 
@@ -267,19 +275,36 @@ def evaluate(actor, config: OnPolicyConfig, episodes: int) -> list[float]:
     return returns[:episodes]
 
 
-def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
-    """Run the recipe; yield one dict of scalar metrics per collected batch."""
+def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring)
+    config: OnPolicyConfig, *, checkpoint: Checkpointer | None = None
+) -> Iterator[dict[str, float]]:
+    """Run the recipe; yield one dict of scalar metrics per collected batch.
+
+    With a ``checkpoint``, a run resumes from its newest checkpoint (networks, optimiser,
+    counters, random streams; only the frames still missing from ``config.frames`` are
+    collected) and saves one every ``checkpoint.every`` batches and after the last.
+    """
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     actor, critic, loss_module, optimizer = build(config)
-    collector = start_collector(config, partial(make_env, config), collection_policy(actor, critic))
     num_batches = math.ceil(config.frames / config.frames_per_batch)
     progress = Progress(config.return_window)
+    # A resumed run continues from its checkpoint: batches already trained on.
+    done = resume(checkpoint, loss_module, optimizer, progress, generator).get("batches", 0)
+    if done >= num_batches:
+        return
+    collector = start_collector(
+        config,
+        partial(make_env, config),
+        collection_policy(actor, critic),
+        frames=config.frames - progress.frames,
+        seed=config.seed + done,
+    )
     try:
         collect_start = time.perf_counter()
-        for iteration, batch in enumerate(collector):
+        for iteration, batch in enumerate(collector, start=done):
             collect_time = time.perf_counter() - collect_start
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
             returns = finished_returns(batch)
@@ -348,6 +373,19 @@ def train(config: OnPolicyConfig) -> Iterator[dict[str, float]]:
                 evaluation = evaluate(actor, config, config.eval_episodes)
                 metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
             yield metrics
+            if checkpoint is not None:
+                checkpoint.maybe_save(
+                    iteration + 1,
+                    partial(
+                        training_state,
+                        loss_module,
+                        optimizer,
+                        progress,
+                        generator,
+                        batches=iteration + 1,
+                    ),
+                    final=iteration + 1 == num_batches,
+                )
             collect_start = time.perf_counter()
     finally:
         stop_collector(collector)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ac_extensions.recipes import on_policy
+from ac_extensions.recipes._common import Checkpointer
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,11 @@ class PPOConfig(on_policy.OnPolicyConfig):
     """Clipped PPO (Schulman et al., 2017, arXiv:1707.06347)."""
 
 
-def train(config: PPOConfig | None = None) -> Iterator[dict[str, float]]:
+def train(
+    config: PPOConfig | None = None, *, checkpoint: Checkpointer | None = None
+) -> Iterator[dict[str, float]]:
     """Train PPO; yield one dict of scalar metrics per batch (see ``on_policy.train``)."""
-    return on_policy.train(config or PPOConfig())
+    return on_policy.train(config or PPOConfig(), checkpoint=checkpoint)
 
 
 __all__ = ["PPOConfig", "train"]

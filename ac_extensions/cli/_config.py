@@ -1,0 +1,213 @@
+"""Recipes by name, and recipe config dataclasses as command-line flags.
+
+Recipes are imported lazily (:func:`load_recipe`), so one that fails to import does not break
+the others. Every dataclass field becomes ``--field-name`` (and ``--field_name``); its help is
+the field's attribute docstring and default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import inspect
+import itertools
+import json
+import textwrap
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RECIPES: dict[str, tuple[str, str]] = {
+    "a2c": ("ac_extensions.recipes.a2c", "A2CConfig"),
+    "ppo": ("ac_extensions.recipes.ppo", "PPOConfig"),
+    "acer": ("ac_extensions.recipes.acer", "ACERConfig"),
+    "reactor": ("ac_extensions.recipes.reactor", "ReactorConfig"),
+}
+"""Algorithm name → (module with ``train``/``build``/``make_env``, config class name)."""
+
+SKIPPED = frozenset({"algorithm", "transform_factory", "reshape_reward"})
+"""Fields that are not flags: fixed by the algorithm, or Python callables."""
+
+ALIASES = {"env_id": ("--env",)}
+"""Extra spellings of some flags."""
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit status 2."""
+
+
+def load_recipe(name: str) -> tuple[types.ModuleType, type]:
+    """The recipe module and its config class for algorithm ``name``."""
+    if name not in RECIPES:
+        raise UsageError(f"unknown algorithm {name!r} (choose from {', '.join(RECIPES)})")
+    module_name, class_name = RECIPES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"algorithm {name!r} is not available: {error}") from error
+    return module, getattr(module, class_name)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (a string literal right after the field) of ``cls`` and its bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _converter(hint) -> tuple[Callable[[str], Any], list | None]:
+    """A string → value converter for a field's type hint, and its choices (Literal)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = type(None) in typing.get_args(hint)
+    if optional and len(args) == 1:
+        inner, choices = _converter(args[0])
+
+        def none_or(text: str):
+            return None if text in ("None", "none", "null") else inner(text)
+
+        none_or.__name__ = getattr(inner, "__name__", "value")
+        return none_or, None if choices is None else [*choices, None]
+    if hint is bool:
+        return _boolean, None
+    if hint in (int, float, str):
+        return hint, None
+    if typing.get_origin(hint) is typing.Literal:
+        return str, list(args)
+    if typing.get_origin(hint) is tuple:
+        item = args[0] if args else str
+
+        def sequence(text: str):
+            return tuple(item(x) for x in text.split(",") if x.strip())
+
+        sequence.__name__ = f"comma-separated {item.__name__}s"
+        return sequence, None
+    return str, None
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, defaults=None) -> None:
+    """One flag per field of ``config_cls``; values absent from the command line are left out.
+
+    The parsed namespace holds only the flags given (``argparse.SUPPRESS``), so a caller can
+    layer them over the config's defaults or over a saved config (``--resume``).
+    """
+    defaults = defaults or {}
+    hints = typing.get_type_hints(config_cls)
+    docs = field_docs(config_cls)
+    group = parser.add_argument_group(f"{config_cls.__name__} fields")
+    for field in dataclasses.fields(config_cls):
+        if field.name in SKIPPED:
+            continue
+        convert, choices = _converter(hints[field.name])
+        names = [f"--{field.name.replace('_', '-')}"]
+        if "_" in field.name:
+            names.append(f"--{field.name}")
+        names = [*ALIASES.get(field.name, ()), *names]
+        default = defaults.get(field.name, field.default)
+        if isinstance(default, tuple):
+            default = ",".join(map(str, default))
+        text = docs.get(field.name, "").replace("%", "%%")
+        group.add_argument(
+            *names,
+            dest=field.name,
+            type=convert,
+            choices=choices,
+            default=argparse.SUPPRESS,
+            metavar=field.name.upper() if choices is None else None,
+            help=f"{text} (default: {default})",
+        )
+
+
+def make_config(config_cls: type, values: dict[str, Any]):
+    """``config_cls(**values)``; an invalid value raises :class:`UsageError`."""
+    try:
+        return config_cls(**values)
+    except (TypeError, ValueError) as error:
+        raise UsageError(str(error)) from error
+
+
+def config_to_json(config) -> dict[str, Any]:
+    """The config's fields as JSON values (callables as their repr)."""
+    out = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif callable(value):
+            value = repr(value)
+        out[field.name] = value
+    return out
+
+
+def config_from_json(config_cls: type, values: dict[str, Any]):
+    """Inverse of :func:`config_to_json` for configs without callables."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    values = {
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in values.items()
+        if k in names and k not in ("transform_factory", "reshape_reward")
+    }
+    return make_config(config_cls, values)
+
+
+RUN_FILE = "run.json"
+"""What ``ac-train`` writes first into its output directory: algorithm and config."""
+
+
+def read_run(directory: str | Path) -> tuple[str, Any]:
+    """(algorithm, config) of the run in ``directory``, from its ``run.json``."""
+    path = Path(directory) / RUN_FILE
+    if not path.is_file():
+        raise UsageError(f"{directory} holds no ac-train run (no {RUN_FILE})")
+    try:
+        run = json.loads(path.read_text())
+        name = run["algorithm"]
+        _, config_cls = load_recipe(name)
+        return name, config_from_json(config_cls, run["config"])
+    except (KeyError, TypeError, json.JSONDecodeError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from error
+
+
+def check_env_id(env_id: str) -> float | None:
+    """Raise :class:`UsageError` for an unknown gymnasium id; return its reward threshold."""
+    import gymnasium as gym
+
+    import ac_extensions.recipes.envs  # noqa: F401  (registers MaskedCartPole-v1, ...)
+
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as error:
+        raise UsageError(f"unknown environment {env_id!r}: {error}") from error
+    return spec.reward_threshold

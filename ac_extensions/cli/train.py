@@ -1,0 +1,359 @@
+"""``ac-train``: train a recipe from the command line, with logs, a summary and checkpoints.
+
+    ac-train ppo --env CartPole-v1 --frames 60000 --seed 1 --out runs/ppo-1
+    ac-train ppo --resume runs/ppo-1          # continue a stopped (even SIGKILLed) run
+    ac-train acer --help                      # every ACERConfig field, with its documentation
+
+Writes into ``--out DIR``: ``run.json`` (algorithm and config), ``logs/`` (TorchRL logger;
+CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines), ``summary.json``
+(rewritten atomically after every batch) and ``checkpoints/`` (see
+:class:`~ac_extensions.recipes._common.Checkpointer`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ac_extensions.cli._config import (
+    RECIPES,
+    RUN_FILE,
+    UsageError,
+    add_config_flags,
+    check_env_id,
+    config_to_json,
+    load_recipe,
+    make_config,
+    read_run,
+)
+from ac_extensions.cli._errors import ArgumentParser, run_main
+
+LOGGERS = {"csv": None, "tensorboard": "tensorboard", "wandb": "wandb"}
+"""Logger backend → the package it needs (CSV needs none)."""
+WINDOW = 20
+"""``frames_to_threshold`` needs this many finished episodes in the return window."""
+
+
+def build_parser(name: str | None = None, config_cls: type | None = None) -> ArgumentParser:
+    """The parser of ``ac-train`` (with ``name``'s config fields when given)."""
+    prog = "ac-train" if name is None else f"ac-train {name}"
+    parser = ArgumentParser(
+        prog=prog,
+        description="Train an actor-critic recipe. `ac-train ALGORITHM --help` lists the "
+        "algorithm's config fields; every field is a --flag.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    if name is None:
+        parser.add_argument("algorithm", choices=list(RECIPES), help="which recipe")
+    run = parser.add_argument_group("run options")
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: runs/<algorithm>-<env>-seed<seed>)",
+    )
+    run.add_argument(
+        "--logger", choices=list(LOGGERS), default="csv", help="TorchRL logger backend"
+    )
+    run.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="return for frames_to_threshold (default: the env's reward threshold)",
+    )
+    run.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=10,
+        metavar="K",
+        help="save a checkpoint every K updates (0: only at the end)",
+    )
+    run.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR from its newest checkpoint (its saved config; "
+        "flags given here override it, e.g. --frames to extend it)",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress bar, no final line")
+    if config_cls is not None:
+        add_config_flags(parser, config_cls)
+    return parser
+
+
+def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
+    """(algorithm, config, run options) from the command line."""
+    if not argv or argv[0].startswith("-"):
+        # No algorithm: `--help`, or `--resume DIR` (the algorithm is in DIR/run.json).
+        resume = _find_resume(argv)
+        if resume is None:
+            build_parser().parse_args(argv)  # prints the help, or the missing-algorithm error
+            raise UsageError("an algorithm is required")
+        name, _ = read_run(resume)
+        argv = [name, *argv]
+    name = argv[0]
+    if name not in RECIPES:
+        raise UsageError(f"unknown algorithm {name!r} (choose from {', '.join(RECIPES)})")
+    _, config_cls = load_recipe(name)
+    args = build_parser(name, config_cls).parse_args(argv[1:])
+    run_options = {"out", "logger", "threshold", "checkpoint_every", "resume", "quiet"}
+    given = {k: v for k, v in vars(args).items() if k not in run_options}
+    if args.checkpoint_every < 0:
+        raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if args.resume is not None:
+        saved_name, saved = read_run(args.resume)
+        if saved_name != name:
+            raise UsageError(f"{args.resume} holds a {saved_name} run, not {name}")
+        config = make_config(config_cls, config_to_values(saved) | given)
+        if args.out is not None and args.out.resolve() != args.resume.resolve():
+            raise UsageError("--out and --resume name different directories")
+        args.out = args.resume
+    else:
+        config = make_config(config_cls, given)
+    args.threshold = _threshold(args.threshold, config.env_id)
+    if args.out is None:
+        env = config.env_id.replace("/", "_")
+        args.out = Path("runs") / f"{name}-{env}-seed{config.seed}"
+    if LOGGERS[args.logger] and importlib.util.find_spec(LOGGERS[args.logger]) is None:
+        raise UsageError(
+            f"--logger {args.logger} needs the {LOGGERS[args.logger]} package "
+            "(pip install 'ac-extensions[loggers]')"
+        )
+    return name, config, args
+
+
+def _find_resume(argv: list[str]) -> Path | None:
+    for i, arg in enumerate(argv):
+        if arg == "--resume" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--resume="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def config_to_values(config) -> dict[str, Any]:
+    """The config's fields as keyword arguments (tuples kept)."""
+    return {k: getattr(config, k) for k in config.__dataclass_fields__}
+
+
+def _threshold(given: float | None, env_id: str) -> float | None:
+    env_threshold = check_env_id(env_id)
+    return given if given is not None else env_threshold
+
+
+class Tracker:
+    """``frames_to_threshold`` and the last metrics, for ``summary.json``."""
+
+    def __init__(self, threshold: float | None) -> None:
+        self.threshold = threshold
+        self.frames_to_threshold: float | None = None
+        self.last: dict[str, float] = {}
+
+    def update(self, metrics: dict[str, float]) -> None:
+        """Account for one batch's metrics."""
+        self.last = metrics
+        if (
+            self.frames_to_threshold is None
+            and self.threshold is not None
+            and metrics.get("train/return_window_size", 0) >= WINDOW
+            and metrics["train/return_window"] >= self.threshold
+        ):
+            self.frames_to_threshold = metrics["time/frames"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps."""
+        return {"frames_to_threshold": self.frames_to_threshold, "last": self.last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+        self.frames_to_threshold = state.get("frames_to_threshold")
+        self.last = dict(state.get("last", {}))
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def summary(name: str, config, tracker: Tracker, *, complete: bool) -> dict[str, Any]:
+    """The content of ``summary.json``."""
+    last = tracker.last
+    frames = last.get("time/frames", 0.0)
+    seconds = last.get("time/seconds", 0.0)
+    return {
+        "algorithm": name,
+        "env": config.env_id,
+        "seed": config.seed,
+        "frames": int(frames),
+        "frames_target": config.frames,
+        "complete": complete,
+        "wall_seconds": round(seconds, 3),
+        "fps": round(frames / seconds, 1) if seconds else None,
+        "threshold": tracker.threshold,
+        "frames_to_threshold": _number(tracker.frames_to_threshold),
+        "final_mean_return": _number(last.get("train/return_window")),
+        "final_return_episodes": int(last.get("train/return_window_size", 0)),
+        "config": config_to_json(config),
+    }
+
+
+class ProgressLine:
+    """A carriage-return progress line on a terminal; silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.shown = 0.0
+
+    def update(self, metrics: dict[str, float], force: bool = False) -> None:
+        """Redraw the line (at most 4 times a second unless ``force``)."""
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.shown < 0.25):
+            return
+        self.shown = now
+        parts = [
+            f"{int(metrics.get('time/frames', 0)):>10,}/{self.total:,} frames",
+            f"{metrics.get('time/fps', 0):7,.0f} fps",
+            f"return {metrics.get('train/return_window', math.nan):7.1f}",
+        ]
+        for label, suffix in (("π", "loss_objective"), ("V", "loss_critic")):
+            key = next((k for k in metrics if k.endswith(suffix)), None)
+            if key is not None:
+                parts.append(f"loss {label} {metrics[key]: .3g}")
+        sys.stdout.write("\r" + " | ".join(parts) + "\033[K")
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        """End the line."""
+        if self.enabled:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+
+def truncate_logs(directory: Path, frames: float) -> None:
+    """Drop CSV rows logged after the checkpoint a resumed run starts from."""
+    from ac_extensions.recipes._common import atomic_write_text
+
+    for path in directory.rglob("*.csv"):
+        lines = path.read_text().splitlines()
+        kept = [line for line in lines if line and float(line.split(",", 1)[0]) <= frames]
+        if len(kept) != len(lines):
+            atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def make_logger(backend: str, out: Path, name: str, config, state: dict | None):
+    """The TorchRL logger (``logs/<name>/...`` under ``out`` for CSV)."""
+    from torchrl.record.loggers import get_logger
+
+    kwargs: dict[str, Any] = {}
+    if backend == "wandb":
+        kwargs["wandb_kwargs"] = {"config": config_to_json(config), "project": "ac_extensions"}
+    logger = get_logger(backend, str(out / "logs"), name, state_dict=state, **kwargs)
+    if state is None:
+        try:
+            logger.log_hparams(config_to_json(config))
+        except Exception:  # hyper-parameters are a convenience
+            pass
+    return logger
+
+
+def prepare_output(args: argparse.Namespace, checkpointer, tracker: Tracker) -> dict | None:
+    """Check ``--out`` / ``--resume`` before anything is written; return a W&B logger state.
+
+    A resumed run gets the tracker's state back and its CSV logs cut at the checkpoint.
+    """
+    out: Path = args.out
+    if args.resume is None:
+        if (out / "checkpoints" / checkpointer.POINTER).exists():
+            raise UsageError(f"{out} already holds a run: pass --resume {out} or another --out")
+        if (out / RUN_FILE).exists() and (out / "logs").is_dir():
+            shutil.rmtree(out / "logs")  # a run of ours stopped before its first checkpoint
+        return None
+    if checkpointer.latest() is None:
+        raise UsageError(f"{out} has no checkpoint to resume from")
+    state = checkpointer.load()  # CheckpointError for a corrupt one
+    extra = state.get("extra", {})
+    tracker.load_state_dict(extra.get("tracker", {}))
+    truncate_logs(out / "logs", state["progress"]["frames"])
+    if args.logger == "wandb" == extra.get("logger_backend"):
+        return extra.get("logger")  # the W&B run id; CSV and TensorBoard just append
+    return None
+
+
+def train_command(argv: list[str]) -> int:
+    """Parse, check, train; return the exit status."""
+    name, config, args = parse(argv)
+    from ac_extensions.recipes._common import Checkpointer, atomic_write_text
+
+    module, _ = load_recipe(name)
+    out: Path = args.out
+    resumable = "checkpoint" in inspect.signature(module.train).parameters
+    if not resumable and args.resume is not None:
+        raise UsageError(f"the {name} recipe has no checkpoint support yet: cannot resume")
+    tracker = Tracker(args.threshold)
+    checkpointer = Checkpointer(out / "checkpoints", every=args.checkpoint_every)
+    logger_state = prepare_output(args, checkpointer, tracker)
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        out / RUN_FILE,
+        json.dumps({"algorithm": name, "config": config_to_json(config)}, indent=1) + "\n",
+    )
+    logger = make_logger(args.logger, out, name, config, logger_state)
+
+    def extra() -> dict[str, Any]:
+        state = {"tracker": tracker.state_dict(), "logger_backend": args.logger}
+        try:
+            state["logger"] = logger.state_dict()
+        except Exception:  # a backend without resumable state
+            pass
+        return state
+
+    checkpointer.extra = extra
+    line = ProgressLine(config.frames, enabled=not args.quiet and sys.stdout.isatty())
+
+    def write_summary(complete: bool) -> None:
+        text = json.dumps(summary(name, config, tracker, complete=complete), indent=1)
+        atomic_write_text(out / "summary.json", text + "\n")
+
+    write_summary(complete=False)
+    try:
+        if not resumable and not args.quiet:
+            print(f"ac-train: warning: the {name} recipe saves no checkpoints", file=sys.stderr)
+        hook = {"checkpoint": checkpointer} if resumable else {}
+        for metrics in module.train(config, **hook):
+            tracker.update(metrics)
+            step = int(metrics["time/frames"])
+            finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
+            logger.log_metrics(finite, step=step)
+            write_summary(complete=False)
+            line.update(metrics)
+        line.update(tracker.last, force=True)
+    finally:
+        line.close()
+    write_summary(complete=True)
+    if not args.quiet:
+        result = summary(name, config, tracker, complete=True)
+        print(
+            f"{name} on {config.env_id}: {result['frames']:,} frames in "
+            f"{result['wall_seconds']:.1f} s, final mean return {result['final_mean_return']}, "
+            f"frames to threshold {result['frames_to_threshold']}; wrote {out / 'summary.json'}"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ac-train`` (and ``python -m ac_extensions``)."""
+    return run_main("ac-train", train_command, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The checkpoint files: atomic, newest wins, corrupt ones rejected (no collector needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ac_extensions.recipes._common import (
+    Checkpointer,
+    CheckpointError,
+    Progress,
+    atomic_write_text,
+    resume,
+    training_state,
+)
+
+
+def _state(step: int) -> dict:
+    return {"counters": {"batches": step}, "value": torch.tensor([float(step)])}
+
+
+def test_every_k_updates_and_at_the_end(tmp_path):
+    checkpointer = Checkpointer(tmp_path, every=3)
+    saved = [
+        u for u in range(1, 8) if checkpointer.maybe_save(u, lambda u=u: _state(u), final=u == 7)
+    ]
+    assert saved == [3, 6, 7]
+    assert checkpointer.load()["counters"] == {"batches": 7}
+    # Only the newest checkpoint is kept; the pointer names it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000007", "latest"]
+
+
+def test_interrupted_write_leaves_the_previous_checkpoint(tmp_path):
+    checkpointer = Checkpointer(tmp_path, every=1)
+    checkpointer.save(1, _state(1))
+    # A write killed half-way: a temporary directory with a truncated file, pointer untouched.
+    partial = tmp_path / ".ckpt-000000002.abc"
+    partial.mkdir()
+    (partial / "state.pt").write_bytes(b"\x80\x02garbage")
+    assert checkpointer.load()["counters"] == {"batches": 1}
+    checkpointer.save(2, _state(2))
+    assert not partial.exists()  # cleaned up by the next save
+    assert checkpointer.load()["counters"] == {"batches": 2}
+
+
+def test_corrupt_or_missing_checkpoint_raises_checkpoint_error(tmp_path):
+    checkpointer = Checkpointer(tmp_path)
+    assert checkpointer.load() is None
+    path = checkpointer.save(4, _state(4))
+    (path / "state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        checkpointer.load()
+    atomic_write_text(tmp_path / "latest", "ckpt-000000099\n")
+    with pytest.raises(CheckpointError, match=r"no state\.pt"):
+        checkpointer.load()
+
+
+def test_training_state_round_trip_restores_weights_optimizer_counters_and_rng(tmp_path):
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+    net(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    progress = Progress(20)
+    progress.update(64, [10.0, 12.0])
+    generator = torch.Generator().manual_seed(5)
+    checkpointer = Checkpointer(tmp_path)
+    checkpointer.save(7, training_state(net, optimizer, progress, generator, batches=7))
+    expected = (torch.rand(3), torch.rand(3, generator=generator))
+
+    other = torch.nn.Linear(3, 2)
+    other_optimizer = torch.optim.Adam(other.parameters(), lr=1e-2)
+    other_progress, other_generator = Progress(20), torch.Generator()
+    counters = resume(checkpointer, other, other_optimizer, other_progress, other_generator)
+    assert counters == {"batches": 7}
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(net.state_dict().values(), other.state_dict().values(), strict=True)
+    )
+    assert other_optimizer.state_dict()["state"][0]["step"] == 1
+    assert other_progress.frames == 64 and list(other_progress.window) == [10.0, 12.0]
+    assert torch.equal(torch.rand(3), expected[0])
+    assert torch.equal(torch.rand(3, generator=other_generator), expected[1])
+    assert resume(None, other, other_optimizer, other_progress) == {}
