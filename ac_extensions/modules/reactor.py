@@ -225,6 +225,7 @@ def make_reactor_actor(
     num_atoms: int = 51,
     distributional: bool = True,
     previous_action_reward: bool = True,
+    recurrent: bool = True,
     observation_key: str = "observation",
 ) -> ProbabilisticActor:
     """Reactor's recurrent policy-plus-distributional-Q network, as one TorchRL actor.
@@ -247,6 +248,11 @@ def make_reactor_actor(
             write ``action_value`` [*B, A] (Reactor ND).
         previous_action_reward: feed ``prev_action`` [*B, A] and ``prev_reward`` [*B, 1]
             (written by :class:`PreviousActionReward`) to the LSTMs.
+        recurrent: ``True``: the two branches are LSTMs (Reactor's network). ``False``: each
+            branch is a feed-forward ``Linear(·, recurrent_size)`` + tanh layer instead, with no
+            stored state (for Markov tasks such as CartPole-v1, where memory is not needed and
+            replay skips the sequential LSTM pass); the actor then reads no ``is_init`` and no
+            ``*_recurrent_state_*`` keys.
         observation_key: the observation entry to read, shape [*B, D] or [*B, C, 84, 84].
 
     Returns:
@@ -302,6 +308,13 @@ def make_reactor_actor(
         )
         lstm_input, width = "lstm_input", width + num_actions + 1  # [*B, F + A + 1]
     for branch in BRANCHES:
+        if not recurrent:  # feed-forward branch: Linear + tanh, no stored state
+            modules.append(
+                TensorDictModule(
+                    _mlp_torso(width, (recurrent_size,)), [lstm_input], [f"{branch}_memory"]
+                )
+            )
+            continue
         hidden = reactor_hidden_state_keys(branch)
         modules.append(
             LSTMModule(
@@ -339,7 +352,9 @@ def reactor_env_transforms(actor: nn.Module) -> Compose:
 
     Returns:
         A ``Compose`` of ``InitTracker``, the merged primer (4 entries of shape
-        [*E, 1, recurrent_size]) and, if needed, ``PreviousActionReward(A)``.
+        [*E, 1, recurrent_size]) and, if needed, ``PreviousActionReward(A)``. For a
+        feed-forward actor (``recurrent=False``) only ``PreviousActionReward(A)``, if needed
+        (an empty ``Compose`` otherwise).
 
     Example:
         >>> from torchrl.envs import GymEnv, TransformedEnv
@@ -350,7 +365,8 @@ def reactor_env_transforms(actor: nn.Module) -> Compose:
         >>> td["action_value_logits"].shape, td["critic_recurrent_state_c"].shape
         (torch.Size([5, 2, 5]), torch.Size([5, 1, 8]))
     """
-    transforms = recurrent_env_transforms(actor)
+    recurrent = any(isinstance(m, LSTMModule) for m in actor.modules())
+    transforms = recurrent_env_transforms(actor) if recurrent else Compose()
     if PREV_ACTION_KEY in actor.in_keys or PREV_REWARD_KEY in actor.in_keys:
         heads = [m for m in actor.modules() if isinstance(m, _ReactorHeads)]
         num_actions = heads[0].num_actions if heads else None

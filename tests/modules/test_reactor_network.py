@@ -252,3 +252,25 @@ def test_collector_smoke_stores_the_behaviour_log_prob():
         log_mu = batch["logits"].log_softmax(-1).gather(-1, batch["action"].unsqueeze(-1))
         torch.testing.assert_close(batch["action_log_prob"], log_mu.squeeze(-1))
         assert batch["action_value_logits"].shape == (4, 10, ACT, ATOMS)
+
+
+@pytest.mark.parametrize("previous_action_reward", [True, False])
+def test_feed_forward_branches_keep_no_state(previous_action_reward):
+    # recurrent=False: each branch is Linear + tanh, so outputs depend on the current step
+    # only, no state is stored and the env needs no InitTracker / primer.
+    actor = small_actor(recurrent=False, previous_action_reward=previous_action_reward)
+    assert not any(isinstance(m, LSTMModule) for m in actor.modules())
+    assert "is_init" not in actor.in_keys and not set(STATE_KEYS) & set(actor.in_keys)
+    td = inputs((3, 5)).exclude(*STATE_KEYS, "is_init")
+    out = actor(td.clone())
+    assert out["logits"].shape == (3, 5, ACT)
+    assert out["action_value_logits"].shape == (3, 5, ACT, ATOMS)
+    assert ("next", STATE_KEYS[0]) not in out.keys(True)
+    step = actor(td[:, 2].clone())  # a single step gives the same outputs as inside a sequence
+    torch.testing.assert_close(step["logits"], out["logits"][:, 2])
+    kinds = [type(t) for t in reactor_env_transforms(actor).transforms]
+    assert kinds == ([PreviousActionReward] if previous_action_reward else [])
+    env = reactor_env(actor)
+    check_env_specs(env)
+    rollout = env.rollout(4, actor)
+    assert rollout["action_log_prob"].shape == (3, 4)

@@ -1,0 +1,436 @@
+"""Reactor on TorchRL's multi-process collector with a prioritized sequence replay.
+
+Reads top to bottom: :class:`ReactorConfig` → :func:`train`, a generator yielding one dict of
+scalar metrics per collected batch. Gruslys et al., 2018, "The Reactor", arXiv:1704.04651v2:
+
+1. ``MultiSyncCollector`` workers step batches of environments for T steps with the current
+   policy, storing log µ(a_t|x_t) (``action_log_prob``) and, for the recurrent network, the
+   LSTM states (R2D2's stored state, Kapturowski et al., 2019).
+2. The fresh batch ``[W·E, T]`` goes into a replay of flat steps; each row carries its own
+   sequence id (``("replay", "sequence")``), and the
+   :class:`~ac_extensions.data.PrioritizedSequenceSampler` draws windows of L steps inside a
+   row (every start is a candidate), with Reactor's lazily initialised priorities (§3.3).
+3. Acting and learning run at a fixed ratio: once the replay holds ``replay_start`` frames,
+   every collected frame owes ``1 / acting_steps_per_learning_step`` learner steps. One learner
+   step samples ``batch_size`` sequences ``[B, L]`` with their importance weights, computes
+   :class:`~ac_extensions.objectives.ReactorLoss` (distributional Retrace critic against the
+   target network, β-LOO policy gradient), takes a clipped Adam step, writes the sequences'
+   new priorities back into the sampler and steps the target network's ``HardUpdate``.
+4. The workers receive the new weights (``collector.update_policy_weights_()``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.modules import set_recurrent_mode
+from torchrl.objectives import HardUpdate
+
+from ac_extensions.data import PrioritizedSequenceSampler
+from ac_extensions.modules import make_reactor_actor, reactor_env_transforms
+from ac_extensions.objectives import ReactorLoss
+from ac_extensions.recipes._common import (
+    Checkpointer,
+    Progress,
+    RunConfig,
+    resume,
+    start_collector,
+    stop_collector,
+    training_state,
+)
+from ac_extensions.recipes.envs import action_size, make_batched_env
+from ac_extensions.recipes.on_policy import finished_returns
+
+SEQUENCE_KEY = ("replay", "sequence")
+"""Per-row sequence id written before storage: the sampler's trajectory key (a window never
+spans two collector rows; Retrace handles the episode ends inside a row)."""
+LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
+"""The loss terms summed for backward."""
+
+
+@dataclass(frozen=True)
+class ReactorConfig(RunConfig):
+    """Hyper-parameters of the Reactor recipe (defaults: CartPole-v1).
+
+    The paper's hyper-parameters (Gruslys et al., 2018, arXiv:1704.04651v2, appendix) could
+    not be verified here (research/algorithms.md §b.5); where a default is marked "tuned" it
+    was chosen on CartPole-v1 (seeds 1–3, see ``benchmarks/reactor_cartpole.py``).
+    """
+
+    frames: int = 60_000
+    """Total environment frames to collect."""
+    envs_per_worker: int = 4
+    """Environments each worker steps at once (E)."""
+    rollout_length: int = 32
+    """Steps per environment per collected batch (T); must be >= ``sequence_length`` since
+    replayed windows stay inside one collector row."""
+    gamma: float = 0.99
+    """Discount γ (Reactor/ACER/DQN's 0.99)."""
+    lr: float = 1e-3
+    """Adam learning rate (tuned)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip (openai/baselines ACER's 10)."""
+    entropy_coeff: float = 0.01
+    """Entropy bonus coefficient (A3C/ACER's 0.01; Reactor's unverified)."""
+    critic_coeff: float = 1.0
+    """Critic loss coefficient (:class:`ReactorLoss`'s default)."""
+    hidden_sizes: tuple[int, ...] = (64,)
+    """Widths of the shared MLP torso (ignored by the CNN torso of image observations)."""
+    recurrent: bool = False
+    """LSTM branches with stored state and the previous action/reward input (Reactor's
+    network) or feed-forward branches (enough for Markov CartPole-v1, and much cheaper to
+    replay); see :func:`~ac_extensions.modules.make_reactor_actor`."""
+    recurrent_size: int = 64
+    """Width of each branch (the LSTM hidden size, or the feed-forward layer's width)."""
+    distributional: bool = True
+    """Categorical critic with distributional Retrace (Reactor) or a scalar critic with
+    scalar Retrace ("Reactor ND", the paper's ablation)."""
+    v_min: float = -10.0
+    """Lowest atom z_0 of the categorical support (C51's ±10, Bellemare et al., 2017,
+    arXiv:1707.06887; with ``reward_scale`` 0.1 CartPole's discounted returns lie in
+    [0, 10])."""
+    v_max: float = 10.0
+    """Highest atom z_{N−1}."""
+    num_atoms: int = 51
+    """N, atoms of the support (C51's and Reactor's 51)."""
+    lmbda: float = 1.0
+    """Retrace λ of the trace c_s = λ min(1, ρ_s) (1: Munos et al., 2016's Retrace)."""
+    loo_threshold: float = 1.0
+    """c of β = min(c, 1/µ(â)) (β-LOO, §3.1): 1 is plain leave-one-out, the value of the only
+    Reactor-style implementation found (xlnwel's mrdqn)."""
+    priority_eta: float = 0.9
+    """η of the sequence priority η max_t δ_t + (1 − η) mean_t δ_t (R2D2's 0.9)."""
+    target_update_period: int = 100
+    """Learner steps between two copies of the online parameters into the target network
+    (``HardUpdate``; tuned, the paper's period is unverified)."""
+    sequence_length: int = 16
+    """L, steps per replayed sequence (tuned; the paper's is unverified)."""
+    batch_size: int = 16
+    """Sequences per learner step (B)."""
+    acting_steps_per_learning_step: float = 4.0
+    """Environment frames collected per learner step: the fixed acting/learning ratio (the
+    paper reports 4–6 acting steps per learning step, research/algorithms.md §b.5)."""
+    replay_capacity: int = 100_000
+    """Frames kept in the replay (rounded down to whole collector rows)."""
+    replay_start: int = 1_000
+    """Frames in the replay before learning starts."""
+    priority_exponent: float = 1.0
+    """α of P(t) ∝ p̃_t^α (the sampler's default; 0: uniform)."""
+    uniform_probability: float = 0.1
+    """ε, the probability that a sequence is drawn uniformly (the sampler's default)."""
+    importance_exponent: float = 0.4
+    """β of the importance weights w = (P(t)/P_min)^−β (Schaul et al., 2016's starting
+    value, arXiv:1511.05952; kept fixed)."""
+    torch_threads: int | None = 1
+    """Threads of the learner process (``None``: torch's default). One by default: the
+    networks are tiny, and on a 2-core machine shared with the collector workers a learner step
+    measured ~40 ms with one thread against 100 ms–1 s with two (oversubscription)."""
+    reward_scale: float = 0.1
+    """Factor on the rewards the learner sees (so the discounted returns fit the support);
+    the logged returns stay the environment's. Not in the paper, whose Atari rewards are
+    clipped to [−1, 1]."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in (
+            "batch_size",
+            "sequence_length",
+            "replay_capacity",
+            "target_update_period",
+            "recurrent_size",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.sequence_length > self.rollout_length:
+            raise ValueError(
+                f"sequence_length ({self.sequence_length}) must be <= rollout_length "
+                f"({self.rollout_length}): a replayed sequence stays inside one collector row"
+            )
+        if self.replay_capacity < self.frames_per_batch:
+            raise ValueError(
+                f"replay_capacity ({self.replay_capacity}) must hold one collected batch "
+                f"({self.frames_per_batch} frames)"
+            )
+        if not (self.acting_steps_per_learning_step > 0):
+            raise ValueError(
+                "acting_steps_per_learning_step must be > 0, got "
+                f"{self.acting_steps_per_learning_step}"
+            )
+        if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
+            raise ValueError(f"reward_scale must be finite and > 0, got {self.reward_scale}")
+        if not (self.v_min < self.v_max and self.num_atoms >= 2):
+            raise ValueError(
+                f"need v_min < v_max and num_atoms >= 2, got {self.v_min}, {self.v_max}, "
+                f"{self.num_atoms}"
+            )
+        if not 0 <= self.uniform_probability <= 1:
+            raise ValueError(
+                f"uniform_probability must lie in [0, 1], got {self.uniform_probability}"
+            )
+        if self.priority_exponent < 0 or self.importance_exponent < 0:
+            raise ValueError(
+                f"priority_exponent and importance_exponent must be >= 0, got "
+                f"{self.priority_exponent}, {self.importance_exponent}"
+            )
+
+    @property
+    def replay_slots(self) -> int:
+        """The storage capacity: ``replay_capacity`` rounded down to whole rows of T steps."""
+        return self.replay_capacity // self.rollout_length * self.rollout_length
+
+
+def _probe(config: ReactorConfig) -> tuple[tuple[int, ...], int]:
+    """Per-env observation shape and the number of actions of ``config.env_id``."""
+    env = make_batched_env(config.env_id, 1)
+    shape = tuple(env.observation_spec["observation"].shape[len(env.batch_size) :])
+    num_actions = action_size(env)
+    env.close()
+    return shape, num_actions
+
+
+def make_actor(config: ReactorConfig):
+    """The Reactor actor for ``config.env_id``: MLP torso, or Nature CNN for [C, H, W] frames.
+
+    Returns a TorchRL ``ProbabilisticActor`` (see
+    :func:`~ac_extensions.modules.make_reactor_actor`) writing ``logits``, the critic's
+    ``action_value_logits`` [*B, A, N] (``action_value`` [*B, A] for Reactor ND), ``action``
+    and ``action_log_prob``.
+    """
+    shape, num_actions = _probe(config)
+    torso = "cnn" if len(shape) == 3 else "mlp"
+    return make_reactor_actor(
+        shape if torso == "cnn" else int(math.prod(shape)),
+        num_actions,
+        torso=torso,
+        hidden_sizes=config.hidden_sizes,
+        recurrent_size=config.recurrent_size,
+        num_atoms=config.num_atoms,
+        distributional=config.distributional,
+        previous_action_reward=config.recurrent,
+        recurrent=config.recurrent,
+    )
+
+
+def make_env(config: ReactorConfig, actor):
+    """The env one worker steps: E copies of ``config.env_id`` plus the actor's transforms.
+
+    The transforms come from :func:`~ac_extensions.modules.reactor_env_transforms`:
+    ``InitTracker``, the stored-state primer and the previous action/reward for the recurrent
+    network; nothing for the feed-forward one.
+    """
+    return make_batched_env(
+        config.env_id, config.envs_per_worker, extra_transforms=[reactor_env_transforms(actor)]
+    )
+
+
+def build(config: ReactorConfig):
+    """Actor, loss (online and target network), optimiser and target-network updater.
+
+    The loss shares the actor's network (``critic_network=None``: one torso, the critic's
+    output written in the same pass). TorchRL's ``HardUpdate`` with interval K copies on its
+    (K + 1)-th step, so it is built with ``target_update_period − 1``: a copy every
+    ``target_update_period`` learner steps.
+
+    Returns:
+        ``(actor, loss, optimizer, target_updater)``.
+    """
+    actor = make_actor(config).to(config.device)
+    loss = ReactorLoss(
+        actor,
+        None,
+        distributional=config.distributional,
+        v_min=config.v_min,
+        v_max=config.v_max,
+        num_atoms=config.num_atoms,
+        gamma=config.gamma,
+        lmbda=config.lmbda,
+        loo_threshold=config.loo_threshold,
+        entropy_coeff=config.entropy_coeff,
+        critic_coeff=config.critic_coeff,
+        priority_eta=config.priority_eta,
+    )
+    optimizer = torch.optim.Adam(loss.actor_network_params.values(True, True), lr=config.lr)
+    target = HardUpdate(loss, value_network_update_interval=config.target_update_period - 1)
+    return actor, loss, optimizer, target
+
+
+def make_replay(config: ReactorConfig) -> TensorDictReplayBuffer:
+    """Flat step storage sampled as ``batch_size`` windows of ``sequence_length`` steps.
+
+    The sample is flat ``[B·L]`` with ``"index"`` and ``"priority_weight"`` (one weight per
+    step, constant along a sequence); reshape it to ``[-1, L]``. Priorities are read from
+    ``"td_error"`` by ``update_tensordict_priority`` (a max over each sequence's steps, which
+    all hold the loss's per-sequence priority).
+    """
+    slots = config.replay_slots
+    sampler = PrioritizedSequenceSampler(
+        slots,
+        config.sequence_length,
+        alpha=config.priority_exponent,
+        beta=config.importance_exponent,
+        uniform_probability=config.uniform_probability,
+        traj_key=SEQUENCE_KEY,
+    )
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(slots),
+        sampler=sampler,
+        batch_size=config.batch_size * config.sequence_length,
+        priority_key="td_error",
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def store(
+    replay: TensorDictReplayBuffer,
+    batch: TensorDictBase,
+    keys: list,
+    first_sequence: int,
+    reward_scale: float = 1.0,
+) -> int:
+    """Write a collected batch ``[R, T]`` into the replay as flat steps; return R.
+
+    Keeps ``keys`` (the loss's inputs), multiplies ``("next", "reward")`` by ``reward_scale``
+    and gives row r the sequence id ``first_sequence + r`` under :data:`SEQUENCE_KEY`, so that
+    a sampled window stays inside one row.
+    """
+    batch = batch.select(*keys)
+    batch.set(("next", "reward"), batch.get(("next", "reward")) * reward_scale)
+    rows, steps = batch.shape
+    ids = torch.arange(first_sequence, first_sequence + rows).unsqueeze(-1).expand(rows, steps)
+    replay.extend(batch.set(SEQUENCE_KEY, ids).reshape(-1).cpu())
+    return rows
+
+
+def learner_step(
+    loss_module: ReactorLoss,
+    optimizer: torch.optim.Optimizer,
+    target: HardUpdate,
+    replay: TensorDictReplayBuffer,
+    config: ReactorConfig,
+) -> dict[str, float]:
+    """One learning step on ``batch_size`` prioritized sequences ``[B, L]``.
+
+    Samples the sequences with their importance weights (``"priority_weight"``, used by the
+    loss), computes the Reactor loss, takes a clipped optimiser step, writes each sequence's
+    new priority (the loss's ``"td_error"``) back into the sampler and steps the target
+    network's updater (Gruslys et al., 2018, arXiv:1704.04651v2, §3).
+
+    Returns:
+        The loss outputs as floats, plus ``grad_norm``, ``priority_mean`` and
+        ``priority_max`` (of the B priorities written) and ``weight_min`` (the smallest
+        importance weight in the sample).
+    """
+    sample = replay.sample().reshape(-1, config.sequence_length).to(config.device)
+    with set_recurrent_mode(config.recurrent):
+        out = loss_module(sample)
+    total = sum(out[k] for k in LOSS_KEYS)
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    optimizer.step()
+    replay.update_tensordict_priority(sample)
+    target.step()
+    priority = sample["td_error"][:, 0]  # one priority per sequence               [B]
+    return {k: float(v.detach()) for k, v in out.items()} | {
+        "grad_norm": float(grad_norm),
+        "priority_mean": float(priority.mean()),
+        "priority_max": float(priority.max()),
+        "weight_min": float(sample["priority_weight"].min()),
+    }
+
+
+def train(
+    config: ReactorConfig | None = None, *, checkpoint: Checkpointer | None = None
+) -> Iterator[dict[str, float]]:
+    """Run Reactor; yield one dict of scalar metrics per collected batch.
+
+    Metrics: ``train/<loss output>`` (means over the batch's learner steps; absent before
+    learning starts), ``train/priority_mean`` / ``train/priority_max`` (the priorities just
+    written), ``train/weight_min`` (smallest importance weight sampled), ``train/grad_norm``,
+    ``train/learner_steps`` / ``train/target_updates`` (cumulative),
+    ``train/replay_frames``, plus the returns and throughput of
+    :class:`~ac_extensions.recipes._common.Progress`.
+    """
+    config = config or ReactorConfig()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    actor, loss_module, optimizer, target = build(config)
+    keys = list(dict.fromkeys(loss_module.in_keys))
+    replay = make_replay(config)
+    progress = Progress(config.return_window)
+    # A resumed run continues from its checkpoint (the target network is in the loss's state).
+    counters = resume(checkpoint, loss_module, optimizer, progress)
+    if counters:
+        checkpoint.load_replay(replay)
+        target.load_state_dict(counters["target"])
+    done = counters.get("batches", 0)
+    sequences = counters.get("sequences", 0)
+    learner_steps = counters.get("learner_steps", 0)
+    target_updates = counters.get("target_updates", 0)
+    owed = counters.get("owed", 0.0)  # learner steps due at the fixed acting/learning ratio
+    num_batches = math.ceil(config.frames / config.frames_per_batch)
+    if done >= num_batches:
+        return
+    collector = start_collector(
+        config,
+        partial(make_env, config, actor),
+        actor,
+        frames=config.frames - progress.frames,
+        seed=config.seed + done,
+    )
+    reduce = {"priority_max": max, "weight_min": min}
+    try:
+        for iteration, batch in enumerate(collector, start=done):
+            batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
+            returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
+            sequences += store(replay, batch, keys, sequences, config.reward_scale)
+            logs: dict[str, list[float]] = {}
+            if len(replay) >= config.replay_start:
+                owed += batch.numel() / config.acting_steps_per_learning_step
+                for _ in range(int(owed)):
+                    for key, value in learner_step(
+                        loss_module, optimizer, target, replay, config
+                    ).items():
+                        logs.setdefault(key, []).append(value)
+                    learner_steps += 1
+                    target_updates += learner_steps % config.target_update_period == 0
+                owed -= int(owed)
+            collector.update_policy_weights_()
+            means = {f"train/{k}": reduce.get(k, _mean)(v) for k, v in logs.items()}
+            yield (
+                means
+                | progress.update(batch.numel(), returns)
+                | {
+                    "train/learner_steps": float(learner_steps),
+                    "train/target_updates": float(target_updates),
+                    "train/replay_frames": float(len(replay)),
+                }
+            )
+            if checkpoint is not None:
+                state = partial(
+                    training_state,
+                    loss_module,
+                    optimizer,
+                    progress,
+                    batches=iteration + 1,
+                    sequences=sequences,
+                    learner_steps=learner_steps,
+                    target_updates=target_updates,
+                    owed=owed,
+                    target=target.state_dict(),
+                )
+                final = iteration + 1 == num_batches
+                checkpoint.maybe_save(iteration + 1, state, replay=replay, final=final)
+    finally:
+        stop_collector(collector)
