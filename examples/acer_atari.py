@@ -20,6 +20,8 @@ from ac_extensions.recipes.acer import ACERConfig, train
 
 ATARI = {
     "env_id": "ALE/Pong-v5",
+    "gamma": 0.99,
+    "reward_scale": 1.0,
     "frames": 10_000_000,
     "envs_per_worker": 4,
     "lr": 1e-4,

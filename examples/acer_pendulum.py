@@ -17,7 +17,7 @@ from _cli import parse_config, report
 
 from ac_extensions.recipes.acer import ACERConfig, train
 
-PENDULUM = {"env_id": "Pendulum-v1", "reward_scale": 0.1}
+PENDULUM = {"env_id": "Pendulum-v1", "reward_scale": 0.1, "replay_ratio": 8.0, "gamma": 0.99}
 
 if __name__ == "__main__":
     config = parse_config(ACERConfig, __doc__.splitlines()[0], defaults=PENDULUM)

@@ -22,10 +22,11 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
         ("acer_cartpole.py", 320),
         ("acer_pendulum.py", 320),
         ("acer_atari.py", 320),
+        ("reactor_cartpole.py", 1280),
     ],
 )
 def test_example_runs(script, frames):
-    extra = [] if script.startswith("acer") else ["--epochs", "1"]
+    extra = [] if script.startswith(("acer", "reactor")) else ["--epochs", "1"]
     result = subprocess.run(
         [sys.executable, script, "--frames", str(frames), *extra],
         cwd=EXAMPLES,

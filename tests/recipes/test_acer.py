@@ -21,14 +21,20 @@ from ac_extensions.recipes.acer import (
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_acer_improves_cartpole_clearly():
-    # Not yet the 475 target (tuning is open); a clear improvement over the ~20 of a
-    # random policy: the best 20-episode mean measured 244 by 40k frames with seed 0 (seeds
-    # 1-3 at 50k: 450 / 481 / 321).
-    metrics = list(train(ACERConfig(frames=40_000, seed=0)))
-    windows = [m["train/return_window"] for m in metrics if m["train/return_window_size"] >= 20]
-    assert max(windows) > 150, max(windows)
+@pytest.mark.timeout(400)
+def test_acer_solves_cartpole():
+    # The bar: a mean return of 475 over the last 20 episodes. Measured with the
+    # defaults, seed 2: 475 reached at 21,440 frames (seed 3: 25,600).
+    reached = None
+    run = train(ACERConfig(frames=30_000, seed=2))
+    try:
+        for m in run:
+            if m["train/return_window_size"] >= 20 and m["train/return_window"] >= 475:
+                reached = m["time/frames"]
+                break
+    finally:
+        run.close()
+    assert reached is not None and reached <= 30_000, reached
 
 
 @pytest.mark.slow
@@ -36,7 +42,9 @@ def test_acer_improves_cartpole_clearly():
 def test_continuous_acer_improves_pendulum_clearly():
     # Measured with seed 0: the 20-episode mean went from −1244 (first full window, 1.8k frames)
     # to −319 at 19.4k frames (seed 1: −1294 → −126 at 32k). A random policy scores ~−1250.
-    config = ACERConfig(env_id="Pendulum-v1", frames=20_000, reward_scale=0.1, seed=0)
+    config = ACERConfig(
+        env_id="Pendulum-v1", frames=20_000, reward_scale=0.1, replay_ratio=8.0, gamma=0.99, seed=0
+    )
     metrics = list(train(config))
     windows = [m["train/return_window"] for m in metrics if m["train/return_window_size"] >= 20]
     assert windows[0] < -900, windows[0]
