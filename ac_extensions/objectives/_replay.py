@@ -135,3 +135,16 @@ def burn_in(
         hidden.select(time_dim, 0).copy_(torch.where(keep, stored.select(time_dim, 0), warm))
         rest.set(key, hidden)
     return rest
+
+
+def masked_mean(x: Tensor, mask: Tensor | None, weight: Tensor | None = None) -> Tensor:
+    """Mean over the valid steps of w · x, for a [*B, T, 1] tensor (``mask``: [*B, T] or None).
+
+    The losses on sequences (ACER, continuous ACER, Reactor) reduce every term with it;
+    ``weight`` ([*B, T, 1]) holds importance weights where the sampler gives them.
+    """
+    if weight is not None:
+        x = x * weight
+    if mask is None:
+        return x.mean()
+    return x.squeeze(-1)[mask].mean()

@@ -14,7 +14,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import burn_in, is_recurrent, next_step_outputs
+from ac_extensions.objectives._replay import burn_in, is_recurrent, masked_mean, next_step_outputs
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 from ac_extensions.objectives.value import ACValueEstimators
 
@@ -418,9 +418,4 @@ class ACERLoss(LossModule):
         )
         return out
 
-    @staticmethod
-    def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
-        """Mean over valid steps of a [*B, T, 1] tensor."""
-        if mask is None:
-            return x.mean()
-        return x.squeeze(-1)[mask].mean()
+    _mean = staticmethod(masked_mean)  # mean over valid steps of a [*B, T, 1] tensor

@@ -15,7 +15,7 @@ from torchrl.modules import IndependentNormal, set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import burn_in, is_recurrent, next_step_outputs
+from ac_extensions.objectives._replay import burn_in, is_recurrent, masked_mean, next_step_outputs
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 
 _GAUSSIAN_CLASSES = (IndependentNormal, Normal)
@@ -628,9 +628,4 @@ class ContinuousACERLoss(LossModule):
             batch_size=[],
         )
 
-    @staticmethod
-    def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
-        """Mean over valid steps of a [*B, T, 1] tensor."""
-        if mask is None:
-            return x.mean()
-        return x.squeeze(-1)[mask].mean()
+    _mean = staticmethod(masked_mean)  # mean over valid steps of a [*B, T, 1] tensor

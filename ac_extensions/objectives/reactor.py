@@ -14,7 +14,7 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import is_recurrent, next_step_outputs
+from ac_extensions.objectives._replay import is_recurrent, masked_mean, next_step_outputs
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 
 __all__ = ["ReactorLoss"]
@@ -568,14 +568,7 @@ class ReactorLoss(LossModule):
             priority = priority.to(tensordict.device)
         tensordict.set(self.tensor_keys.priority, priority.detach(), inplace=True)
 
-    @staticmethod
-    def _mean(x: Tensor, mask: Tensor | None, weight: Tensor | None = None) -> Tensor:
-        """Mean over valid steps of w · x for a [*B, T, 1] tensor."""
-        if weight is not None:
-            x = x * weight
-        if mask is None:
-            return x.mean()
-        return x.squeeze(-1)[mask].mean()
+    _mean = staticmethod(masked_mean)  # mean over valid steps of a [*B, T, 1] tensor
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the Reactor losses for a batch of sequences and write their priorities."""
