@@ -11,7 +11,7 @@ $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,ray]"
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
@@ -20,7 +20,7 @@ lint: venv
 	$(BIN)/ruff check $(wildcard ac_extensions tests benchmarks examples)
 
 test: venv lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 run: venv
 	$(BIN)/python benchmarks/run.py --quick

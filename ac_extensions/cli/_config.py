@@ -197,7 +197,11 @@ def read_run(directory: str | Path) -> tuple[str, Any]:
 
 
 def check_env_id(env_id: str) -> float | None:
-    """Raise :class:`UsageError` for an unknown gymnasium id; return its reward threshold."""
+    """Raise :class:`UsageError` for an unknown gymnasium id; return its reward threshold.
+
+    Accepts ``gym.make``'s ``module:Id`` form too (the module, imported first, registers
+    ``Id``; the collector workers import it the same way).
+    """
     import gymnasium as gym
 
     import ac_extensions.recipes.envs  # noqa: F401  (registers MaskedCartPole-v1, ...)
@@ -206,8 +210,14 @@ def check_env_id(env_id: str) -> float | None:
         import ale_py
 
         gym.register_envs(ale_py)
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UsageError(f"unknown environment {env_id!r}: {error}") from error
     try:
-        spec = gym.spec(env_id)
+        spec = gym.spec(name)
     except gym.error.Error as error:
         raise UsageError(f"unknown environment {env_id!r}: {error}") from error
     return spec.reward_threshold

@@ -123,6 +123,8 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
     if args.out is None:
         env = config.env_id.replace("/", "_")
         args.out = Path("runs") / f"{name}-{env}-seed{config.seed}"
+    if getattr(config, "backend", "local") == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--backend ray needs the ray package (pip install 'ac-extensions[ray]')")
     if LOGGERS[args.logger] and importlib.util.find_spec(LOGGERS[args.logger]) is None:
         raise UsageError(
             f"--logger {args.logger} needs the {LOGGERS[args.logger]} package "

@@ -39,8 +39,13 @@ from ac_extensions.modules import (
 from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
 from ac_extensions.recipes._common import (
     Checkpointer,
+    NonFiniteGuard,
     Progress,
+    ReplayFeed,
     RunConfig,
+    close_replay,
+    collector_metrics,
+    label_sequences,
     resume,
     start_collector,
     stop_collector,
@@ -215,14 +220,23 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
 
     The capacity is ``replay_capacity`` rounded down to whole sequences, so overwriting (FIFO)
     always replaces whole rows. A sample is flat ``[batch_size · T]``; reshape to ``[-1, T]``.
+    With ``config.backend == "ray"`` the same buffer lives in a Ray actor (TorchRL's
+    ``RayReplayBuffer``), which the collector actors extend (:mod:`ac_extensions.recipes._ray`).
     """
     length = config.rollout_length
     capacity = max(1, config.replay_capacity // length) * length
-    storage = LazyMemmapStorage(capacity) if config.memmap else LazyTensorStorage(capacity)
-    sampler = SliceSampler(
-        slice_len=length, traj_key=SEQUENCE_KEY, strict_length=True, cache_values=True
+    storage = partial(LazyMemmapStorage if config.memmap else LazyTensorStorage, capacity)
+    sampler = partial(
+        SliceSampler, slice_len=length, traj_key=SEQUENCE_KEY, strict_length=True, cache_values=True
     )
-    return ReplayBuffer(storage=storage, sampler=sampler, batch_size=config.batch_size * length)
+    batch_size = config.batch_size * length
+    if config.backend == "ray":
+        from ac_extensions.recipes._ray import make_ray_replay
+
+        return make_ray_replay(
+            config, ReplayBuffer, storage=storage, sampler=sampler, batch_size=batch_size
+        )
+    return ReplayBuffer(storage=storage(), sampler=sampler(), batch_size=batch_size)
 
 
 def train(
@@ -234,6 +248,13 @@ def train(
     optimiser, replay, counters, random streams; only the frames still missing from
     ``config.frames`` are collected) and saves one every ``checkpoint.every`` batches and after
     the last.
+
+    Faults (see :class:`~ac_extensions.recipes._common.NonFiniteGuard`): an update with a
+    NaN/inf loss or gradient norm is skipped (no average-policy update either), a batch with a
+    NaN/inf observation or reward is dropped (not stored in the replay); both warn and count
+    (``train/skipped_updates``, ``train/skipped_batches``), and ``max_nonfinite_updates`` in a
+    row raise ``NonFiniteError``. A collector worker that dies raises ``WorkerError``. Either
+    stops the run before the batch in progress is checkpointed.
     """
     config = config or ACERConfig()
     torch.manual_seed(config.seed)
@@ -245,17 +266,23 @@ def train(
     # A resumed run continues from its checkpoint (the average policy is in the loss's state).
     counters = resume(checkpoint, loss_module, optimizer, progress, generator)
     done, sequences = counters.get("batches", 0), counters.get("sequences", 0)
+    guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
+    guard.load_state_dict(counters)
     if counters:
         checkpoint.load_replay(replay)
     num_batches = math.ceil(config.frames / config.frames_per_batch)
     if done >= num_batches:
+        close_replay(replay)
         return
+    # With the Ray backend the collector actors label and store each batch themselves.
+    feed = ReplayFeed(replay, keys, SEQUENCE_KEY, config.reward_scale, sequences, True)
     collector = start_collector(
         config,
         partial(make_env, config),
         policy,
         frames=config.frames - progress.frames,
         seed=config.seed + done,
+        feed=feed,
     )
 
     def update(batch) -> dict[str, float]:
@@ -264,6 +291,8 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         total.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(loss_module.parameters(), config.max_grad_norm)
+        if not guard.update_ok(total, grad_norm):
+            return {}  # NaN/inf loss or gradient: no step, no average update (warned, counted)
         optimizer.step()
         average.step()  # θ_avg ← α θ_avg + (1 − α) θ
         return {k: float(v.detach()) for k, v in out.items()} | {"grad_norm": float(grad_norm)}
@@ -272,17 +301,22 @@ def train(
         for iteration, batch in enumerate(collector, start=done):
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
             returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
-            batch = batch.select(*keys)
-            batch.set(("next", "reward"), batch.get(("next", "reward")) * config.reward_scale)
+            versions = collector_metrics(batch)
             rows, length = batch.shape
-            ids = torch.arange(sequences, sequences + rows).unsqueeze(-1).expand(rows, length)
+            # A batch with a NaN/inf observation or reward is dropped (warned, counted): not
+            # stored, no updates this iteration.
+            learn = guard.batch_ok(batch)
+            if learn and config.backend == "local":
+                batch = label_sequences(batch, keys, sequences, config.reward_scale, SEQUENCE_KEY)
+                replay.extend(batch.reshape(-1))
+            elif learn:  # labelled, scaled and stored by the collector actors (ReplayFeed)
+                batch = batch.select(*keys, SEQUENCE_KEY)
             sequences += rows
-            replay.extend(batch.set(SEQUENCE_KEY, ids).reshape(-1))
 
-            logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()}
+            logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()} if learn else {}
             replayed: dict[str, list[float]] = {}
             n_replay = 0
-            if len(replay) >= config.replay_start:
+            if learn and len(replay) >= config.replay_start:
                 rate = torch.tensor(float(config.replay_ratio))
                 n_replay = int(torch.poisson(rate, generator=generator))
                 for _ in range(n_replay):
@@ -299,6 +333,8 @@ def train(
                     "train/replay_updates": float(n_replay),
                     "train/replay_frames": float(len(replay)),
                 }
+                | guard.metrics()
+                | versions
             )
             if checkpoint is not None:
                 state = partial(
@@ -309,8 +345,9 @@ def train(
                     generator,
                     batches=iteration + 1,
                     sequences=sequences,
+                    **guard.state_dict(),
                 )
                 final = iteration + 1 == num_batches
                 checkpoint.maybe_save(iteration + 1, state, replay=replay, final=final)
     finally:
-        stop_collector(collector)
+        stop_collector(collector, replay)

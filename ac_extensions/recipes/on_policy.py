@@ -39,8 +39,10 @@ from ac_extensions.modules import collection_policy, make_actor_critic, recurren
 from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
 from ac_extensions.recipes._common import (
     Checkpointer,
+    NonFiniteGuard,
     Progress,
     RunConfig,
+    collector_metrics,
     resume,
     start_collector,
     stop_collector,
@@ -283,6 +285,12 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
     With a ``checkpoint``, a run resumes from its newest checkpoint (networks, optimiser,
     counters, random streams; only the frames still missing from ``config.frames`` are
     collected) and saves one every ``checkpoint.every`` batches and after the last.
+
+    Faults (see :class:`~ac_extensions.recipes._common.NonFiniteGuard`): an update with a
+    NaN/inf loss or gradient norm is skipped, a batch with a NaN/inf observation or reward is
+    dropped; both warn and count (``train/skipped_updates``, ``train/skipped_batches``), and
+    ``max_nonfinite_updates`` in a row raise ``NonFiniteError``. A collector worker that dies
+    raises ``WorkerError``. Either stops the run before the batch in progress is checkpointed.
     """
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
@@ -292,7 +300,10 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
     num_batches = math.ceil(config.frames / config.frames_per_batch)
     progress = Progress(config.return_window)
     # A resumed run continues from its checkpoint: batches already trained on.
-    done = resume(checkpoint, loss_module, optimizer, progress, generator).get("batches", 0)
+    counters = resume(checkpoint, loss_module, optimizer, progress, generator)
+    done = counters.get("batches", 0)
+    guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
+    guard.load_state_dict(counters)
     if done >= num_batches:
         return
     collector = start_collector(
@@ -308,9 +319,11 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
             collect_time = time.perf_counter() - collect_start
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
             returns = finished_returns(batch)
+            # A batch with a NaN/inf observation or reward is dropped (warned, counted).
+            learn = guard.batch_ok(batch)
 
             # Reward shaping (logged returns above are the environment's).
-            if config.reshape_reward is not None:
+            if learn and config.reshape_reward is not None:
                 batch["next", "reward"] = config.reshape_reward(
                     batch["observation"],
                     batch["action"],
@@ -319,10 +332,11 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
                 )
 
             update_start = time.perf_counter()
-            compute_advantages(batch, critic, config)
-            # Validate the whole batch once; its minibatches skip the per-call checks.
-            loss_module.validate(batch)
-            loss_module.check_inputs = False
+            if learn:
+                compute_advantages(batch, critic, config)
+                # Validate the whole batch once; its minibatches skip the per-call checks.
+                loss_module.validate(batch)
+                loss_module.check_inputs = False
 
             # Schedules: linear decay over the run (progress measured before this update).
             remaining = 1.0 - iteration / num_batches
@@ -332,7 +346,7 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
             if config.algorithm == "ppo" and config.anneal_clip:
                 loss_module.clip_epsilon.fill_(config.clip_epsilon * remaining)
 
-            epochs = config.epochs if config.algorithm == "ppo" else 1
+            epochs = (config.epochs if config.algorithm == "ppo" else 1) if learn else 0
             logs: dict[str, list[float]] = {}
             stopped_early = 0.0
             for _ in range(epochs):
@@ -348,11 +362,14 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
                     grad_norm = torch.nn.utils.clip_grad_norm_(
                         loss_module.parameters(), config.max_grad_norm
                     )
+                    if not guard.update_ok(total, grad_norm):
+                        continue  # NaN/inf loss or gradient: no step (warned, counted)
                     optimizer.step()
                     for key, value in out.items():
                         logs.setdefault(key, []).append(float(value.detach()))
                     logs.setdefault("grad_norm", []).append(float(grad_norm))
-                if config.target_kl is not None and logs["kl_approx"][-1] > 1.5 * config.target_kl:
+                kl = logs.get("kl_approx", [0.0])[-1]
+                if config.target_kl is not None and kl > 1.5 * config.target_kl:
                     stopped_early = 1.0
                     break
             loss_module.diagnostics = True
@@ -361,6 +378,8 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
 
             metrics = {f"train/{k}": sum(v) / len(v) for k, v in logs.items()}
             metrics.update(progress.update(batch.numel(), returns))
+            metrics.update(guard.metrics())
+            metrics.update(collector_metrics(batch))
             metrics.update(
                 {
                     "train/lr": lr,
@@ -383,6 +402,7 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
                         progress,
                         generator,
                         batches=iteration + 1,
+                        **guard.state_dict(),
                     ),
                     final=iteration + 1 == num_batches,
                 )

@@ -37,8 +37,13 @@ from ac_extensions.modules import make_reactor_actor, reactor_env_transforms
 from ac_extensions.objectives import ReactorLoss
 from ac_extensions.recipes._common import (
     Checkpointer,
+    NonFiniteGuard,
     Progress,
+    ReplayFeed,
     RunConfig,
+    close_replay,
+    collector_metrics,
+    label_sequences,
     resume,
     start_collector,
     stop_collector,
@@ -267,9 +272,14 @@ def make_replay(config: ReactorConfig) -> TensorDictReplayBuffer:
     step, constant along a sequence); reshape it to ``[-1, L]``. Priorities are read from
     ``"td_error"`` by ``update_tensordict_priority`` (a max over each sequence's steps, which
     all hold the loss's per-sequence priority).
+
+    With ``config.backend == "ray"`` the same buffer lives in a Ray actor (TorchRL's
+    ``RayReplayBuffer``): the collector actors extend it, the sampler and its priorities stay
+    inside the actor, and :func:`learner_step` samples and updates priorities through it.
     """
     slots = config.replay_slots
-    sampler = PrioritizedSequenceSampler(
+    sampler = partial(
+        PrioritizedSequenceSampler,
         slots,
         config.sequence_length,
         alpha=config.priority_exponent,
@@ -277,12 +287,15 @@ def make_replay(config: ReactorConfig) -> TensorDictReplayBuffer:
         uniform_probability=config.uniform_probability,
         traj_key=SEQUENCE_KEY,
     )
-    return TensorDictReplayBuffer(
-        storage=LazyTensorStorage(slots),
-        sampler=sampler,
-        batch_size=config.batch_size * config.sequence_length,
-        priority_key="td_error",
-    )
+    storage = partial(LazyTensorStorage, slots)
+    kwargs = dict(batch_size=config.batch_size * config.sequence_length, priority_key="td_error")
+    if config.backend == "ray":
+        from ac_extensions.recipes._ray import make_ray_replay
+
+        return make_ray_replay(
+            config, TensorDictReplayBuffer, storage=storage, sampler=sampler, **kwargs
+        )
+    return TensorDictReplayBuffer(storage=storage(), sampler=sampler(), **kwargs)
 
 
 def _mean(values: list[float]) -> float:
@@ -302,12 +315,9 @@ def store(
     and gives row r the sequence id ``first_sequence + r`` under :data:`SEQUENCE_KEY`, so that
     a sampled window stays inside one row.
     """
-    batch = batch.select(*keys)
-    batch.set(("next", "reward"), batch.get(("next", "reward")) * reward_scale)
-    rows, steps = batch.shape
-    ids = torch.arange(first_sequence, first_sequence + rows).unsqueeze(-1).expand(rows, steps)
-    replay.extend(batch.set(SEQUENCE_KEY, ids).reshape(-1).cpu())
-    return rows
+    batch = label_sequences(batch, keys, first_sequence, reward_scale, SEQUENCE_KEY)
+    replay.extend(batch.reshape(-1).cpu())
+    return batch.shape[0]
 
 
 def learner_step(
@@ -316,18 +326,20 @@ def learner_step(
     target: HardUpdate,
     replay: TensorDictReplayBuffer,
     config: ReactorConfig,
-) -> dict[str, float]:
+    guard: NonFiniteGuard | None = None,
+) -> dict[str, float] | None:
     """One learning step on ``batch_size`` prioritized sequences ``[B, L]``.
 
     Samples the sequences with their importance weights (``"priority_weight"``, used by the
     loss), computes the Reactor loss, takes a clipped optimiser step, writes each sequence's
     new priority (the loss's ``"td_error"``) back into the sampler and steps the target
-    network's updater (Gruslys et al., 2018, arXiv:1704.04651v2, §3).
+    network's updater (Gruslys et al., 2018, arXiv:1704.04651v2, §3). With a ``guard``, a
+    NaN/inf loss or gradient norm skips all three (:meth:`NonFiniteGuard.update_ok`).
 
     Returns:
         The loss outputs as floats, plus ``grad_norm``, ``priority_mean`` and
         ``priority_max`` (of the B priorities written) and ``weight_min`` (the smallest
-        importance weight in the sample).
+        importance weight in the sample); None when the guard skipped the step.
     """
     sample = replay.sample().reshape(-1, config.sequence_length).to(config.device)
     with set_recurrent_mode(config.recurrent):
@@ -337,8 +349,11 @@ def learner_step(
     total.backward()
     params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    if guard is not None and not guard.update_ok(total, grad_norm):
+        return None  # no step, no priorities (NaN td_error would poison the sampler), no target
     optimizer.step()
-    replay.update_tensordict_priority(sample)
+    # Only what the priority update reads (a Ray-hosted replay gets it over the wire).
+    replay.update_tensordict_priority(sample.select("index", "td_error"))
     target.step()
     priority = sample["td_error"][:, 0]  # one priority per sequence               [B]
     return {k: float(v.detach()) for k, v in out.items()} | {
@@ -360,6 +375,13 @@ def train(
     ``train/learner_steps`` / ``train/target_updates`` (cumulative),
     ``train/replay_frames``, plus the returns and throughput of
     :class:`~ac_extensions.recipes._common.Progress`.
+
+    Faults (see :class:`~ac_extensions.recipes._common.NonFiniteGuard`): an update with a
+    NaN/inf loss or gradient norm is skipped (no priorities, no target-network step), a batch
+    with a NaN/inf observation or reward is dropped (not stored, owes no learner steps); both
+    warn and count (``train/skipped_updates``, ``train/skipped_batches``), and
+    ``max_nonfinite_updates`` in a row raise ``NonFiniteError``. A collector worker that dies
+    raises ``WorkerError``. Either stops the run before the batch in progress is checkpointed.
     """
     config = config or ReactorConfig()
     if config.torch_threads:
@@ -379,29 +401,42 @@ def train(
     learner_steps = counters.get("learner_steps", 0)
     target_updates = counters.get("target_updates", 0)
     owed = counters.get("owed", 0.0)  # learner steps due at the fixed acting/learning ratio
+    guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
+    guard.load_state_dict(counters)
     num_batches = math.ceil(config.frames / config.frames_per_batch)
     if done >= num_batches:
+        close_replay(replay)
         return
+    # With the Ray backend the collector actors label and store each batch themselves.
+    feed = ReplayFeed(replay, tuple(keys), SEQUENCE_KEY, config.reward_scale, sequences)
     collector = start_collector(
         config,
         partial(make_env, config, actor),
         actor,
         frames=config.frames - progress.frames,
         seed=config.seed + done,
+        feed=feed,
     )
     reduce = {"priority_max": max, "weight_min": min}
     try:
         for iteration, batch in enumerate(collector, start=done):
             batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
             returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
-            sequences += store(replay, batch, keys, sequences, config.reward_scale)
+            # A batch with a NaN/inf observation or reward is dropped (warned, counted): not
+            # stored, and its frames owe no learner steps.
+            learn = guard.batch_ok(batch)
+            if learn and config.backend == "local":
+                sequences += store(replay, batch, keys, sequences, config.reward_scale)
+            else:  # dropped, or stored by the collector actors (ReplayFeed: metadata only here)
+                sequences += batch.shape[0]
             logs: dict[str, list[float]] = {}
-            if len(replay) >= config.replay_start:
+            if learn and len(replay) >= config.replay_start:
                 owed += batch.numel() / config.acting_steps_per_learning_step
                 for _ in range(int(owed)):
-                    for key, value in learner_step(
-                        loss_module, optimizer, target, replay, config
-                    ).items():
+                    out = learner_step(loss_module, optimizer, target, replay, config, guard)
+                    if out is None:
+                        continue  # NaN/inf loss or gradient: skipped (warned, counted)
+                    for key, value in out.items():
                         logs.setdefault(key, []).append(value)
                     learner_steps += 1
                     target_updates += learner_steps % config.target_update_period == 0
@@ -416,6 +451,8 @@ def train(
                     "train/target_updates": float(target_updates),
                     "train/replay_frames": float(len(replay)),
                 }
+                | guard.metrics()
+                | collector_metrics(batch)
             )
             if checkpoint is not None:
                 state = partial(
@@ -429,8 +466,9 @@ def train(
                     target_updates=target_updates,
                     owed=owed,
                     target=target.state_dict(),
+                    **guard.state_dict(),
                 )
                 final = iteration + 1 == num_batches
                 checkpoint.maybe_save(iteration + 1, state, replay=replay, final=final)
     finally:
-        stop_collector(collector)
+        stop_collector(collector, replay)

@@ -38,6 +38,7 @@ def _quiet_env(monkeypatch):
     # main() sets these with setdefault; pre-set them so monkeypatch restores them afterwards.
     monkeypatch.setenv("RL_LOGGING_LEVEL", "WARNING")
     monkeypatch.setenv("PYTHONWARNINGS", "ignore")
+    monkeypatch.setenv("AC_WORKER_TRACEBACKS", "0")
 
 
 def cli(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
