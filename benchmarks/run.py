@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -127,8 +128,12 @@ def learning(seeds: list[int], frames: dict[str, int], tag: str) -> tuple[Path, 
     return markdown, png
 
 
-def throughput(frames: int) -> Path:
-    """Training fps vs collection-only fps vs raw gymnasium fps, measured in one run."""
+def throughput(frames: int, repeats: int = 3) -> Path:
+    """Training fps vs collection-only fps vs raw gymnasium fps, measured in one run.
+
+    The three measurements are interleaved ``repeats`` times; the table gives their medians
+    (the machine is shared and noisy) and the ratios of the medians.
+    """
     from functools import partial
 
     import gymnasium as gym
@@ -151,24 +156,36 @@ def throughput(frames: int) -> Path:
                 count += per_batch
         return count / (time.perf_counter() - start)
 
-    training = steady_fps(on_policy.train(config))
-    actor, critic, _, _ = on_policy.build(config)
-    collector = start_collector(
-        config, partial(on_policy.make_env, config), collection_policy(actor, critic)
-    )
-    try:
-        collecting = steady_fps(iter(collector))
-    finally:
-        stop_collector(collector)
+    def collection_only() -> float:
+        actor, critic, _, _ = on_policy.build(config)
+        collector = start_collector(
+            config, partial(on_policy.make_env, config), collection_policy(actor, critic)
+        )
+        try:
+            return steady_fps(iter(collector))
+        finally:
+            stop_collector(collector)
+
     envs = config.workers * config.envs_per_worker
-    vector = gym.make_vec(config.env_id, num_envs=envs, vectorization_mode="sync")
-    vector.reset(seed=0)
-    steps = frames // envs
-    start = time.perf_counter()
-    for _ in range(steps):
-        vector.step(vector.action_space.sample())
-    raw = steps * envs / (time.perf_counter() - start)
-    vector.close()
+
+    def raw_gymnasium() -> float:
+        vector = gym.make_vec(config.env_id, num_envs=envs, vectorization_mode="sync")
+        vector.reset(seed=0)
+        steps = frames // envs
+        start = time.perf_counter()
+        for _ in range(steps):
+            vector.step(vector.action_space.sample())
+        vector.close()
+        return steps * envs / (time.perf_counter() - start)
+
+    samples: dict[str, list[float]] = {"training": [], "collecting": [], "raw": []}
+    for repeat in range(repeats):
+        samples["training"].append(steady_fps(on_policy.train(config)))
+        samples["collecting"].append(collection_only())
+        samples["raw"].append(raw_gymnasium())
+        print(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
+            f"{k} {v[-1]:,.0f} fps" for k, v in samples.items()), flush=True)  # fmt: skip
+    training, collecting, raw = (statistics.median(samples[k]) for k in samples)
     table = (
         "| measure | frames per second | training / this |\n|---|---|---|\n"
         f"| PPO training (W={config.workers}, E={config.envs_per_worker}, "
@@ -182,7 +199,11 @@ def throughput(frames: int) -> Path:
     out.write_text(
         "# Throughput on CartPole-v1, measured in one run\n\n"
         f"Command: `python benchmarks/run.py --only throughput` ({frames:,} frames each, "
-        "the first batch excluded as start-up).\n\n" + table + "\n"
+        f"the first batch excluded as start-up; medians of {repeats} interleaved repeats; "
+        f"load average {os.getloadavg()[0]:.1f} at the end).\n\n" + table + "\n\nPer repeat "
+        "(fps): "
+        + "; ".join(f"{k} {', '.join(f'{v:,.0f}' for v in vs)}" for k, vs in samples.items())
+        + "\n"
     )
     print("\n" + table + f"\n\nwrote {out}", flush=True)
     return out
