@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 from ac_extensions.cli._config import UsageError
 from ac_extensions.cli.train import parse
-from ac_extensions.recipes import acer, reactor
+from ac_extensions.recipes import a2c, acer, reactor
 from ac_extensions.recipes._common import Checkpointer, RunConfig, close_replay
 
 WORKERS = 2
@@ -88,6 +88,19 @@ def test_acer_trains_on_ray_actors_and_checkpoints_their_replay(ray_cluster, tmp
     ids = local[:].get(acer.SEQUENCE_KEY).reshape(-1, config.rollout_length)
     assert (ids == ids[:, :1]).all()
     assert sorted(ids[:, 0].tolist()) == list(range(config.frames // config.rollout_length))
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_on_policy_recipe_trains_on_ray_actors(ray_cluster):
+    # A2C and PPO share the on-policy recipe; A2C (one epoch) keeps this short.
+    config = a2c.A2CConfig(
+        backend="ray", workers=WORKERS, envs_per_worker=2, rollout_length=16, frames=320
+    )
+    metrics = list(a2c.train(config))
+    _check_run(metrics, config)
+    assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
+    assert ray_cluster.is_initialized() and _cpus_released(ray_cluster)
 
 
 @pytest.mark.ray
