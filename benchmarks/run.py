@@ -39,6 +39,7 @@ QUICK_FRAMES = {"a2c": 60_000, "ppo": 40_960, "acer": 30_000, "reactor": 30_000}
 MICRO = (
     ["functional_ops.py"],
     ["acer_update.py"],
+    ["ppo_update.py"],
     ["sequence_sampler.py"],
 )
 

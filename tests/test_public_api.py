@@ -21,6 +21,7 @@ def test_all_is_sorted_and_complete():
             functional.policy_gradients,
             functional.trust_region,
             functional.distributional,
+            functional.ppo,
         )
         for name in module.__all__
     }

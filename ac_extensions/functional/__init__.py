@@ -19,6 +19,8 @@ Index:
   :func:`trust_region_loss`, :func:`categorical_kl_gradient`, :func:`normal_kl_gradient`.
 - :mod:`.distributional`: :func:`categorical_projection`,
   :func:`distributional_retrace_targets`.
+- :mod:`.ppo`: :func:`categorical_ppo_losses` (clipped PPO on plain tensors),
+  :func:`standardize_advantage`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ac_extensions.functional.policy_gradients import (
     sampled_bias_correction_loss,
     truncated_is_policy_loss,
 )
+from ac_extensions.functional.ppo import categorical_ppo_losses, standardize_advantage
 from ac_extensions.functional.trust_region import (
     categorical_kl_gradient,
     normal_kl_gradient,
@@ -55,6 +58,7 @@ __all__ = [
     "beta_loo_policy_loss",
     "bias_correction_loss",
     "categorical_kl_gradient",
+    "categorical_ppo_losses",
     "categorical_projection",
     "continuous_acer_trace",
     "distributional_retrace_targets",
@@ -64,6 +68,7 @@ __all__ = [
     "retrace_targets",
     "retrace_trace",
     "sampled_bias_correction_loss",
+    "standardize_advantage",
     "tree_backup_trace",
     "truncated_is_policy_loss",
     "trust_region_loss",

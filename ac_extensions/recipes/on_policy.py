@@ -13,9 +13,9 @@ One iteration:
    ``generalized_advantage_estimate`` (GAE, Schulman et al., 2016, arXiv:1506.02438) over the
    time dim, V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap correctly.
 4. ``epochs`` passes over minibatches (of steps for feed-forward policies, of whole sequences
-   for recurrent ones, which the loss replays from their stored hidden state), gradient
-   clipping, linear learning-rate (and PPO clip) annealing, optional early stop of an epoch
-   on a KL target.
+   for recurrent ones, which the loss replays from their stored hidden state; feed-forward PPO
+   computes the same losses on plain tensors, :class:`TensorPath`), gradient clipping, linear
+   learning-rate (and PPO clip) annealing, optional early stop of an epoch on a KL target.
 5. Metrics: ``train/*`` (returns, losses averaged over the steps, diagnostics over the last
    minibatch of each epoch), ``eval/*`` (greedy evaluation
    episodes, when enabled), ``time/*`` (frames, frames per second, seconds per phase).
@@ -35,6 +35,7 @@ from tensordict import TensorDictBase
 from torchrl.envs import ExplorationType, set_exploration_type
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
+from ac_extensions.functional import categorical_ppo_losses
 from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
 from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
 from ac_extensions.recipes._common import (
@@ -103,6 +104,11 @@ class OnPolicyConfig(RunConfig):
     """Episodes per evaluation."""
     torch_threads: int | None = None
     """Threads for the learner (None: torch's default)."""
+    tensor_update: bool = True
+    """Feed-forward PPO computes its losses on plain tensors (:class:`TensorPath`,
+    :func:`~ac_extensions.functional.categorical_ppo_losses`) instead of through the loss
+    module: the same losses, gradients and minibatches at about half the cost per gradient step
+    (``benchmarks/results/ppo_update.md``). Recurrent policies and A2C always use the module."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -249,6 +255,75 @@ def minibatches(batch: TensorDictBase, config: OnPolicyConfig, generator) -> Ite
             yield batch[order[start : start + rows]]
 
 
+class TensorPath:
+    """PPO's gradient steps on plain tensors, for feed-forward categorical actor-critics.
+
+    Per gradient step the loss module spends most of its time on TensorDict bookkeeping
+    (indexing, keys, distribution objects) rather than on the 2×64 MLPs. Here the tensors the
+    loss needs are gathered once per batch, minibatches are index gathers, and the losses come
+    from :func:`~ac_extensions.functional.categorical_ppo_losses`, which equals
+    ``loss_module``'s output (``tests/functional/test_ppo.py``). The minibatch order uses the
+    same generator draws as :func:`minibatches`, so a run takes the same steps either way (up
+    to float rounding: ``tests/recipes/test_on_policy.py``).
+
+    Args:
+        actor: the feed-forward actor of :func:`~ac_extensions.modules.make_actor_critic`.
+        critic: its critic.
+        loss_module: the :class:`~ac_extensions.objectives.SequencePPOLoss` whose settings
+            (clip ε as annealed, coefficients, value clipping) the losses use.
+        config: the run's config (``minibatch_size``).
+    """
+
+    def __init__(self, actor, critic, loss_module: SequencePPOLoss, config: OnPolicyConfig):
+        body = actor.module[0]
+        self.observation_key = body.in_keys[0]
+        self.actor_net, self.critic_net = body.module, critic.module
+        self.loss_module, self.config = loss_module, config
+
+    @staticmethod
+    def applies(config: OnPolicyConfig) -> bool:
+        """Whether ``config`` trains a feed-forward PPO with ``tensor_update`` on."""
+        return config.tensor_update and config.algorithm == "ppo" and config.recurrent is None
+
+    def minibatches(self, batch: TensorDictBase, generator) -> Iterator[tuple]:
+        """Shuffled minibatches of single steps as tuples of ``[M, ...]`` tensors."""
+        flat = batch.reshape(-1)
+        keys = self.loss_module.tensor_keys
+        tensors = (
+            flat[self.observation_key],
+            flat[keys.action],
+            flat[keys.sample_log_prob],
+            flat[keys.advantage].squeeze(-1),
+            flat[keys.value_target].squeeze(-1),
+            flat["state_value"].squeeze(-1),
+        )
+        order = torch.randperm(flat.shape[0], generator=generator)
+        for start in range(0, flat.shape[0], self.config.minibatch_size):
+            index = order[start : start + self.config.minibatch_size]
+            yield tuple(t[index] for t in tensors)
+
+    def __call__(self, minibatch: tuple, diagnostics: bool) -> dict:
+        """The loss terms (and, with ``diagnostics``, the scalar diagnostics) of a minibatch."""
+        observation, action, log_prob, advantage, value_target, old_value = minibatch
+        loss = self.loss_module
+        clip_value = loss.clip_value
+        return categorical_ppo_losses(
+            self.actor_net(observation),
+            self.critic_net(observation).squeeze(-1),
+            action,
+            log_prob,
+            advantage,
+            value_target,
+            clip_epsilon=float(loss.clip_epsilon),
+            entropy_coeff=float(loss.entropy_coeff),
+            critic_coeff=float(loss.critic_coeff),
+            normalize_advantage=loss.normalize_advantage,
+            clip_value=None if clip_value is None else float(clip_value),
+            old_value=old_value,
+            diagnostics=diagnostics,
+        )
+
+
 def finished_returns(batch: TensorDictBase) -> list[float]:
     """Returns of the episodes that ended in ``batch``, in time order."""
     done = batch["next", "done"].squeeze(-1)
@@ -297,6 +372,9 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     actor, critic, loss_module, optimizer = build(config)
+    tensor_path = None  # feed-forward PPO: the same losses on plain tensors (TensorPath)
+    if TensorPath.applies(config):
+        tensor_path = TensorPath(actor, critic, loss_module, config)
     num_batches = math.ceil(config.frames / config.frames_per_batch)
     progress = Progress(config.return_window)
     # A resumed run continues from its checkpoint: batches already trained on.
@@ -352,10 +430,17 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
             for _ in range(epochs):
                 # Diagnostics (entropy, clip fraction, KL, ...) on the last minibatch of each
                 # epoch only: the KL early stop reads them, and they cost ~0.2 ms per step.
-                cuts = list(minibatches(batch, config, generator))
+                if tensor_path is None:
+                    cuts = list(minibatches(batch, config, generator))
+                else:
+                    cuts = list(tensor_path.minibatches(batch, generator))
                 for index, minibatch in enumerate(cuts):
-                    loss_module.diagnostics = index == len(cuts) - 1
-                    out = loss_module(minibatch)
+                    diagnostics = index == len(cuts) - 1
+                    if tensor_path is None:
+                        loss_module.diagnostics = diagnostics
+                        out = loss_module(minibatch)
+                    else:
+                        out = tensor_path(minibatch, diagnostics)
                     total = sum(v for k, v in out.items() if k.startswith("loss_"))
                     optimizer.zero_grad(set_to_none=True)
                     total.backward()

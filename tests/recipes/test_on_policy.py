@@ -56,6 +56,27 @@ def test_recurrent_ppo_beats_feedforward_on_masked_cartpole():
     assert recurrent > 2 * feedforward and recurrent > 100, (recurrent, feedforward)
 
 
+@pytest.mark.timeout(180)
+def test_tensor_update_takes_the_same_steps_as_the_loss_module():
+    # TensorPath (the default for feed-forward PPO) against the loss module: same minibatches,
+    # same losses and gradients, so the same metrics batch after batch (float rounding aside).
+    config = PPOConfig(
+        frames=1024, workers=1, envs_per_worker=4, rollout_length=64, epochs=3, clip_value=0.5
+    )
+    fast = run(ppo_recipe.train, config)
+    slow = run(ppo_recipe.train, replace(config, tensor_update=False))
+    assert len(fast) == len(slow) == 4
+    keys = [k for k in slow[0] if k.startswith("train/") and k != "train/lr"]
+    assert {"train/loss_objective", "train/clip_fraction", "train/value_clip_fraction"} <= set(
+        keys
+    )
+    for a, b in zip(fast, slow, strict=True):
+        for key in keys:
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-5), key
+    # The updates did something: the policy moved away from the behaviour policy.
+    assert fast[-1]["train/kl_approx"] != 0
+
+
 @pytest.mark.timeout(120)
 def test_a2c_runs_and_reports_scalar_metrics():
     metrics = run(a2c_recipe.train, A2CConfig(frames=1024, eval_every=4, eval_episodes=2))

@@ -1,0 +1,156 @@
+"""functional.categorical_ppo_losses against SequencePPOLoss / ClipPPOLoss and by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from ac_extensions.functional import categorical_ppo_losses, standardize_advantage
+from ac_extensions.modules import make_actor_critic
+from ac_extensions.objectives import SequencePPOLoss
+
+OBS, ACT, N = 4, 3, 64
+
+
+def flat_batch(actor, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    td = TensorDict({"observation": torch.randn(N, OBS, generator=gen)}, [N])
+    with torch.no_grad():
+        dist = actor.get_dist(td.clone())
+        action = dist.sample()
+        # Perturbed behaviour log-probs: ratios spread on both sides of the clip range.
+        log_prob = dist.log_prob(action) + 0.3 * torch.randn(N, generator=gen)
+    td.update(
+        {
+            "action": action,
+            "action_log_prob": log_prob,
+            "advantage": torch.randn(N, 1, generator=gen),
+            "value_target": torch.randn(N, 1, generator=gen),
+            "state_value": torch.randn(N, 1, generator=gen),
+            ("next", "reward"): torch.randn(N, 1, generator=gen),
+        }
+    )
+    return td
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(normalize_advantage=True),
+        dict(normalize_advantage=False, entropy_coeff=0.0),
+        dict(normalize_advantage=True, clip_value=0.3),
+        dict(normalize_advantage=True, clip_epsilon=0.0),
+    ],
+    ids=["normalized", "raw-no-entropy", "value-clip", "eps-0"],
+)
+def test_equals_the_loss_module_on_a_flat_batch(settings):
+    torch.manual_seed(0)
+    actor, critic = make_actor_critic(OBS, ACT, hidden_sizes=(16,))
+    kw = dict(clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5) | settings
+    module = SequencePPOLoss(actor, critic, loss_critic_type="l2", functional=False, **kw)
+    td = flat_batch(actor)
+    expected = module(td.clone())
+    params = list(module.parameters())
+    total = sum(v for k, v in expected.items() if k.startswith("loss_"))
+    expected_grads = torch.autograd.grad(total, params)
+
+    actor_net, critic_net = actor.module[0].module, critic.module
+    obs = td["observation"]
+    got = categorical_ppo_losses(
+        actor_net(obs),
+        critic_net(obs).squeeze(-1),
+        td["action"],
+        td["action_log_prob"],
+        td["advantage"].squeeze(-1),
+        td["value_target"].squeeze(-1),
+        old_value=td["state_value"].squeeze(-1),
+        diagnostics=True,
+        **kw,
+    )
+    names = [
+        "loss_objective",
+        "loss_critic",
+        "loss_entropy",
+        "entropy",
+        "kl_approx",
+        "clip_fraction",
+        "ESS",
+        "mean_ratio",
+        "max_ratio",
+        "explained_variance",
+    ] + (["value_clip_fraction"] if "clip_value" in settings else [])
+    for name in names:
+        torch.testing.assert_close(got[name], expected[name].reshape(()), msg=name)
+    # The batch must exercise the clip, or the test could not tell clipped from unclipped.
+    assert 0 < got["clip_fraction"] < 1 or kw["clip_epsilon"] == 0
+    total = got["loss_objective"] + got["loss_critic"] + got["loss_entropy"]
+    for a, b in zip(torch.autograd.grad(total, params), expected_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_hand_case_clipped_and_unclipped_steps():
+    # Uniform π over 2 actions (π(a) = 0.5). Step 0: µ = 0.25 → r = 2, A = +1: the clip binds,
+    # gain = 1.2. Step 1: µ = 0.25 → r = 2, A = −1: min(−2, −1.2) = −2, unclipped.
+    # Step 2: µ = 0.5 → r = 1, A = 3: gain 3. loss = −(1.2 − 2 + 3)/3.
+    logits = torch.zeros(3, 2, requires_grad=True)
+    out = categorical_ppo_losses(
+        logits,
+        torch.tensor([0.0, 2.0, 1.0]),
+        torch.tensor([0, 1, 0]),
+        torch.log(torch.tensor([0.25, 0.25, 0.5])),
+        torch.tensor([1.0, -1.0, 3.0]),
+        torch.tensor([1.0, 0.0, 1.0]),
+        clip_epsilon=0.2,
+        entropy_coeff=0.5,
+        critic_coeff=2.0,
+        normalize_advantage=False,
+        diagnostics=True,
+    )
+    assert out["loss_objective"].item() == pytest.approx(-(1.2 - 2 + 3) / 3)
+    assert out["loss_critic"].item() == pytest.approx(2.0 * (1 + 4 + 0) / 3)
+    assert out["loss_entropy"].item() == pytest.approx(-0.5 * math.log(2))
+    assert out["clip_fraction"].item() == pytest.approx(2 / 3)
+    assert out["kl_approx"].item() == pytest.approx(-2 * math.log(2) / 3)
+    # Only the unclipped steps carry gradient: d/dlogit of −r·A/3 at step 1 and step 2.
+    out["loss_objective"].backward()
+    assert logits.grad[0].abs().sum() == 0
+
+
+def test_standardize_advantage_matches_mean_and_unbiased_std():
+    x = torch.tensor([1.0, 2.0, 4.0, 9.0])
+    torch.testing.assert_close(standardize_advantage(x), (x - 4.0) / x.std())
+    assert torch.all(standardize_advantage(torch.ones(5)) == 0)
+
+
+@pytest.mark.parametrize(
+    "name, shape", [("action", (3, 1)), ("behavior_log_prob", (4,)), ("advantage", (3, 1))]
+)
+def test_bad_shapes_name_the_argument(name, shape):
+    args = dict(
+        logits=torch.zeros(3, 2),
+        value=torch.zeros(3),
+        action=torch.zeros(3, dtype=torch.long),
+        behavior_log_prob=torch.zeros(3),
+        advantage=torch.zeros(3),
+        value_target=torch.zeros(3),
+    )
+    args[name] = torch.zeros(shape)
+    with pytest.raises(ValueError, match=rf"{name} must have shape \[N\] = \[3\].*{list(shape)}"):
+        categorical_ppo_losses(**args, clip_epsilon=0.2)
+
+
+def test_value_clipping_needs_old_values():
+    with pytest.raises(ValueError, match="old_value"):
+        categorical_ppo_losses(
+            torch.zeros(2, 2),
+            torch.zeros(2),
+            torch.zeros(2, dtype=torch.long),
+            torch.zeros(2),
+            torch.zeros(2),
+            torch.zeros(2),
+            clip_epsilon=0.2,
+            clip_value=0.1,
+        )
