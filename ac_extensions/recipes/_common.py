@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tensordict import NestedKey, TensorDictBase
 from torch import Tensor, nn
-from torchrl.collectors import MultiSyncCollector
+from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from torchrl.weight_update import SharedMemWeightSyncScheme
 
 
@@ -296,8 +296,8 @@ class ReportingEnvFactory:
         return env
 
 
-class SupervisedCollector(MultiSyncCollector):
-    """TorchRL's ``MultiSyncCollector`` that turns a dead worker into a :class:`WorkerError`.
+class _Supervised:
+    """Mixin for TorchRL's multi-process collectors: a dead worker becomes a :class:`WorkerError`.
 
     With TorchRL alone, a worker that dies while the main process waits for a batch is noticed
     within a second but reported as a bare ``RuntimeError`` naming only its index and exit
@@ -309,8 +309,8 @@ class SupervisedCollector(MultiSyncCollector):
 
     Args:
         create_env_fn: one env factory per worker (wrapped in :class:`ReportingEnvFactory`).
-        *args: the rest of ``MultiSyncCollector``'s arguments.
-        **kwargs: the rest of ``MultiSyncCollector``'s arguments.
+        *args: the rest of the collector's arguments.
+        **kwargs: the rest of the collector's arguments.
     """
 
     def __init__(self, create_env_fn: list[Callable], *args, **kwargs) -> None:
@@ -345,6 +345,23 @@ class SupervisedCollector(MultiSyncCollector):
             super().shutdown(*args, **kwargs)
         finally:
             shutil.rmtree(self.worker_reports, ignore_errors=True)
+
+
+class SupervisedCollector(_Supervised, MultiSyncCollector):
+    """TorchRL's ``MultiSyncCollector`` that turns a dead worker into a :class:`WorkerError`.
+
+    Every worker collects its E·T frames, the batch ``[W, E, T]`` comes out, and the workers
+    wait until the next batch is asked for (see :class:`_Supervised` for the supervision).
+    """
+
+
+class SupervisedAsyncCollector(_Supervised, MultiAsyncCollector):
+    """TorchRL's ``MultiAsyncCollector`` that turns a dead worker into a :class:`WorkerError`.
+
+    Each batch is one worker's ``[E, T]``, in the order they finish; a worker starts its next
+    rollout as soon as its batch is handed over, so collection overlaps the learner's update
+    (see :class:`_Supervised` for the supervision).
+    """
 
 
 @dataclass(frozen=True)
@@ -409,11 +426,15 @@ def start_collector(
     frames: int | None = None,
     seed: int | None = None,
     feed: ReplayFeed | None = None,
+    asynchronous: bool = False,
 ):
     """``MultiSyncCollector`` with ``config.workers`` processes, seeded; yields ``[W, E, T]``.
 
     A :class:`SupervisedCollector`: a worker that dies raises :class:`WorkerError` (promptly,
-    naming it and the cause) instead of a bare error or a hang.
+    naming it and the cause) instead of a bare error or a hang. With ``asynchronous``, a
+    :class:`SupervisedAsyncCollector` (TorchRL's ``MultiAsyncCollector``) instead: it yields
+    each worker's ``[E, T]`` as it finishes, and the workers go on collecting while the
+    learner trains (local backend only).
     Weights reach the workers through shared memory (:class:`SharedWeights`). ``frames`` and
     ``seed`` default to the config's; a resumed run passes the frames still to collect and a
     seed offset by the batches done (so its environments do not replay the first episodes).
@@ -433,10 +454,18 @@ def start_collector(
             seed=config.seed if seed is None else seed,
             feed=feed,
         )
-    collector = SupervisedCollector(
+    if asynchronous:
+        if config.backend != "local":
+            raise ValueError(
+                f"asynchronous collection needs backend 'local', got {config.backend!r}"
+            )
+        kind, frames_per_batch = SupervisedAsyncCollector, config.frames_per_batch // config.workers
+    else:
+        kind, frames_per_batch = SupervisedCollector, config.frames_per_batch
+    collector = kind(
         [env_factory] * config.workers,
         policy,
-        frames_per_batch=config.frames_per_batch,
+        frames_per_batch=frames_per_batch,
         total_frames=config.frames if frames is None else frames,
         env_device="cpu",
         policy_device=config.device,

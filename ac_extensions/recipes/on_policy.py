@@ -104,6 +104,13 @@ class OnPolicyConfig(RunConfig):
     """Episodes per evaluation."""
     torch_threads: int | None = None
     """Threads for the learner (None: torch's default)."""
+    async_collection: bool = False
+    """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``): each batch is
+    then one worker's E·T frames, in the order the workers finish, and the workers start their
+    next rollout at once, with weights that the learner's updates replace mid-rollout (each
+    step's behaviour log-prob is stored with it, so PPO's ratio stays exact). Faster when the
+    learner would otherwise leave cores idle; the batch order depends on timing, so runs are
+    not bit-reproducible. Local backend only."""
     tensor_update: bool = True
     """Feed-forward PPO computes its losses on plain tensors (:class:`TensorPath`,
     :func:`~ac_extensions.functional.categorical_ppo_losses`) instead of through the loss
@@ -125,6 +132,17 @@ class OnPolicyConfig(RunConfig):
             )
         if self.algorithm not in ("ppo", "a2c"):
             raise ValueError(f"algorithm must be 'ppo' or 'a2c', got {self.algorithm!r}")
+        if self.async_collection and self.backend != "local":
+            raise ValueError(f"async_collection needs backend 'local', got {self.backend!r}")
+
+    @property
+    def batch_frames(self) -> int:
+        """Frames per learner batch: W·E·T, or one worker's E·T with ``async_collection``."""
+        return (
+            self.frames_per_batch // self.workers
+            if self.async_collection
+            else self.frames_per_batch
+        )
 
 
 def make_env(config: OnPolicyConfig):
@@ -375,7 +393,7 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
     tensor_path = None  # feed-forward PPO: the same losses on plain tensors (TensorPath)
     if TensorPath.applies(config):
         tensor_path = TensorPath(actor, critic, loss_module, config)
-    num_batches = math.ceil(config.frames / config.frames_per_batch)
+    num_batches = math.ceil(config.frames / config.batch_frames)
     progress = Progress(config.return_window)
     # A resumed run continues from its checkpoint: batches already trained on.
     counters = resume(checkpoint, loss_module, optimizer, progress, generator)
@@ -390,6 +408,7 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
         collection_policy(actor, critic),
         frames=config.frames - progress.frames,
         seed=config.seed + done,
+        asynchronous=config.async_collection,
     )
     try:
         collect_start = time.perf_counter()

@@ -124,6 +124,21 @@ def test_recurrent_gru_runs():
     assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
 
 
+@pytest.mark.timeout(180)
+def test_async_collection_trains_on_each_workers_batch():
+    # Workers collect while the learner trains: one batch per worker rollout (E·T frames), the
+    # learning-rate schedule counted in those batches, and the policy still improves.
+    config = PPOConfig(frames=12_288, async_collection=True, seed=1)
+    assert config.batch_frames == config.envs_per_worker * config.rollout_length == 256
+    metrics = run(ppo_recipe.train, config)
+    assert len(metrics) == 12_288 // 256
+    assert [m["time/frames"] for m in metrics[:2]] == [256, 512]
+    assert metrics[1]["train/lr"] == pytest.approx(config.lr * (1 - 1 / 48))
+    assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
+    first, last = metrics[0]["train/return_window"], metrics[-1]["train/return_window"]
+    assert last > 2 * first and last > 100, (first, last)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("frames", 0), ("workers", -1), ("gamma", 1.5), ("lmbda", -0.1), ("minibatch_size", 0)],
@@ -131,6 +146,11 @@ def test_recurrent_gru_runs():
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=field):
         PPOConfig(**{field: value})
+
+
+def test_async_collection_needs_the_local_backend():
+    with pytest.raises(ValueError, match="async_collection needs backend 'local'"):
+        PPOConfig(async_collection=True, backend="ray")
 
 
 def test_training_sequences_train_every_step_once_after_a_burn_in():
