@@ -2,8 +2,9 @@
 
 For each seed, runs Stable-Baselines3 PPO with its rl-baselines3-zoo tuned CartPole settings
 (8 envs, n_steps 32, batch 256, 20 epochs, γ 0.98, λ 0.8, lr 1e-3 linear, clip 0.2 linear,
-100,096 frames) and our PPO recipe (default ``PPOConfig``, and optionally a throughput-tuned
-variant), each in a fresh subprocess, one after the other. Reports, per run: frames until the
+100,096 frames) and our PPO recipe (default ``PPOConfig``; the same with
+``async_collection``; a throughput-tuned variant), each in a fresh subprocess, one after the
+other. Reports, per run: frames until the
 mean of the last 20 finished episode returns first reaches 475, wall seconds until then
 (counted from before the model / collector is built, so start-up is included on both sides),
 and frames per second over the whole run; then medians and ratios against SB3.
@@ -30,6 +31,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Variants of our recipe (PPOConfig overrides) benchmarked against SB3.
 OURS = {
     "ours (zoo settings)": {},
+    # Workers collect while the learner trains; each update sees one worker's 8 × 32 = 256
+    # frames, 20 epochs of one 256-minibatch: SB3's zoo batch exactly.
+    "ours (zoo settings, async)": dict(async_collection=True),
     "ours (throughput)": dict(
         envs_per_worker=16, rollout_length=32, epochs=10, minibatch_size=512, lr=2e-3
     ),
@@ -113,8 +117,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--frames", type=int, default=100_096)
     parser.add_argument("--out", type=Path, default=RESULTS / "ppo_cartpole.md")
+    parser.add_argument(
+        "--ours", nargs="+", default=list(OURS), choices=list(OURS), help="our variants to run"
+    )
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {"sb3 (zoo)": [], **{name: [] for name in OURS}}
+    runs: dict[str, list[dict]] = {"sb3 (zoo)": [], **{name: [] for name in args.ours}}
     for seed in args.seeds:
         for name in runs:
             which = "sb3" if name == "sb3 (zoo)" else name

@@ -77,8 +77,11 @@ class ReactorConfig(RunConfig):
     replayed windows stay inside one collector row."""
     gamma: float = 0.99
     """Discount γ (Reactor/ACER/DQN's 0.99)."""
-    lr: float = 1e-3
-    """Adam learning rate (tuned)."""
+    lr: float = 3e-3
+    """Adam learning rate. Tuned on CartPole-v1 (frames until the 20-episode mean reaches 475,
+    seeds 1/2/3, 60k budget): 1e-3 gave 30,976 / 37,888 / 43,520, 2e-3 32,512 / 30,976 / (over
+    41k), 3e-3 26,112 / 25,600 / 51,200 (ACER's recipe uses 3e-3 as well). Lowering
+    ``entropy_coeff`` to 0.001 instead gave 41,728 / 32,000 at 1e-3."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip (openai/baselines ACER's 10)."""
     entropy_coeff: float = 0.01

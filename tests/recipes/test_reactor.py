@@ -150,18 +150,26 @@ def test_image_observations_pick_the_cnn_torso(monkeypatch):
     assert out["logits"].shape == (2, 6) and out["action_value_logits"].shape == (2, 6, 11)
 
 
-def best_window(config):
-    """The best mean of the last 20 episode returns over the run."""
-    return max(
-        m["train/return_window"] for m in train(config) if m["train/return_window_size"] >= 20
-    )
+def frames_to_475(config):
+    """Frames at which the mean of the last 20 episode returns first reaches 475 (or None).
+
+    The run stops there (closing the generator shuts the collector down).
+    """
+    run = train(config)
+    try:
+        for m in run:
+            if m["train/return_window_size"] >= 20 and m["train/return_window"] >= 475:
+                return m["time/frames"]
+    finally:
+        run.close()
+    return None
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_reactor_learns_cartpole_clearly():
-    # Not yet the issue's 475 in CI: runs are not reproducible from the seed (seed 0 reached 475
-    # at 24,576 frames in one run and not within 30k in another), and seeds 1 / 2 / 3 peak at
-    # 454 / 405 / 331 in 40k. One seed-0 run was at 211 by 15.6k and 419 by 20.7k frames; a
-    # random policy scores ~20. This asserts clear learning only.
-    assert best_window(ReactorConfig(frames=24_000, seed=0)) > 150
+def test_reactor_reaches_475_on_cartpole():
+    # The issue's bar: a mean return of 475 over 20 episodes. With the default config, seed 2
+    # reached it at 25,600 frames (seeds 1 / 3: 26,112 / 51,200; benchmarks/results/
+    # reactor_cartpole.md); seeded runs through train() repeat exactly (test_determinism.py).
+    frames = frames_to_475(ReactorConfig(frames=32_000, seed=2))
+    assert frames is not None, "the 20-episode mean never reached 475 within 32k frames"
