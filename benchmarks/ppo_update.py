@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from ac_extensions.recipes.on_policy import TensorPath, build, minibatches
+from ac_extensions.recipes.on_policy import TensorPath, build, epoch_losses, minibatches
 from ac_extensions.recipes.ppo import PPOConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,17 +55,7 @@ def one_batch(config, batch, loss_module, optimizer, tensor_path, generator) -> 
     """Every gradient step of one batch (``epochs`` × minibatches); returns the step count."""
     steps = 0
     for _ in range(config.epochs):
-        if tensor_path is None:
-            cuts = list(minibatches(batch, config, generator))
-        else:
-            cuts = list(tensor_path.minibatches(batch, generator))
-        for index, minibatch in enumerate(cuts):
-            diagnostics = index == len(cuts) - 1
-            if tensor_path is None:
-                loss_module.diagnostics = diagnostics
-                out = loss_module(minibatch)
-            else:
-                out = tensor_path(minibatch, diagnostics)
+        for out in epoch_losses(batch, config, generator, loss_module, tensor_path):
             total = sum(v for k, v in out.items() if k.startswith("loss_"))
             optimizer.zero_grad(set_to_none=True)
             total.backward()

@@ -55,6 +55,27 @@ def standardize_advantage(advantage: Tensor) -> Tensor:
     return (advantage - advantage.mean()) / advantage.std().clamp_min(_RESOLUTION)
 
 
+def ratio_diagnostics(log_ratio: Tensor) -> dict[str, Tensor]:
+    """Spread of the importance ratios r = exp(log_ratio) over ``[N]`` steps.
+
+    ``ESS``: the normalised effective sample size (Σr)² / (N Σr²), computed in log space;
+    ``mean_ratio`` and ``max_ratio``. Shared by :func:`categorical_ppo_losses` and the
+    ``SequencePPOLoss`` / ``SequenceA2CLoss`` diagnostics.
+    """
+    ess = (2 * log_ratio.logsumexp(0) - (2 * log_ratio).logsumexp(0)).exp()
+    ratio = log_ratio.exp()
+    return {"ESS": ess / log_ratio.numel(), "mean_ratio": ratio.mean(), "max_ratio": ratio.max()}
+
+
+def explained_variance(target: Tensor, prediction: Tensor) -> Tensor:
+    """1 − Var[target − prediction] / Var[target] over ``[N]`` steps, as SB3 and TorchRL log it.
+
+    Biased variances; the dtype's ε is added to the denominator.
+    """
+    eps = torch.finfo(target.dtype).eps
+    return 1.0 - (target - prediction).var(correction=0) / (target.var(correction=0) + eps)
+
+
 def categorical_ppo_losses(
     logits: Tensor,
     value: Tensor,
@@ -152,20 +173,12 @@ def categorical_ppo_losses(
     if diagnostics:
         with torch.no_grad():
             log_weight = log_weight.detach()
-            n = log_weight.numel()
-            ess = (2 * log_weight.logsumexp(0) - (2 * log_weight).logsumexp(0)).exp()
-            ratio = log_weight.exp()
-            target, pred = value_target.detach(), value.detach()
-            eps = torch.finfo(target.dtype).eps
             out.update(
                 entropy=entropy.detach().mean(),
                 kl_approx=(-log_weight).mean(),
                 clip_fraction=((log_weight < low) | (log_weight > high)).float().mean(),
-                ESS=ess / n,
-                mean_ratio=ratio.mean(),
-                max_ratio=ratio.max(),
-                explained_variance=1.0
-                - (target - pred).var(correction=0) / (target.var(correction=0) + eps),
+                **ratio_diagnostics(log_weight),
+                explained_variance=explained_variance(value_target.detach(), value.detach()),
             )
             if step is not None:
                 out["value_clip_fraction"] = (step != clipped_step).float().mean()

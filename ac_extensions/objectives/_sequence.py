@@ -18,6 +18,8 @@ from tensordict import TensorDictBase, is_tensor_collection
 from torch import Tensor, nn
 from torchrl.modules import GRUModule, LSTMModule
 
+from ac_extensions.functional.ppo import explained_variance, ratio_diagnostics
+
 
 def _recurrent_in_keys(*networks: nn.Module | None) -> list:
     keys: list = []
@@ -211,18 +213,12 @@ class SequenceLossMixin:
             out.set("clip_fraction", outside.to(log_weight.dtype).mean())
         if "log_behavior_weight" in cap:  # the ratio to the behavior policy, π_θ / µ
             log_ratio = self._flat_valid(cap["log_behavior_weight"], batch, mask)
-            n = log_ratio.numel()
-            ess = (2 * log_ratio.logsumexp(0) - (2 * log_ratio).logsumexp(0)).exp()
-            out.set("ESS", ess / n)
-            ratio = log_ratio.exp()
-            out.set("mean_ratio", ratio.mean())
-            out.set("max_ratio", ratio.max())
+            for key, value in ratio_diagnostics(log_ratio).items():
+                out.set(key, value)
         if "value_target" in cap and "state_value" in cap:
             target = self._flat_valid(cap["value_target"], batch, mask)
             pred = self._flat_valid(cap["state_value"], batch, mask)
-            eps = torch.finfo(target.dtype).eps
-            explained = 1.0 - (target - pred).var(correction=0) / (target.var(correction=0) + eps)
-            out.set("explained_variance", explained)
+            out.set("explained_variance", explained_variance(target, pred))
         dist = cap.get("dist")
         if "entropy" not in out.keys() and dist is not None:
             # TorchRL drops the entropy when entropy_coeff == 0; keep it as a diagnostic.

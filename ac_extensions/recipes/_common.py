@@ -454,11 +454,7 @@ def start_collector(
             seed=config.seed if seed is None else seed,
             feed=feed,
         )
-    if asynchronous:
-        if config.backend != "local":
-            raise ValueError(
-                f"asynchronous collection needs backend 'local', got {config.backend!r}"
-            )
+    if asynchronous:  # (the Ray backend returned above)
         kind, frames_per_batch = SupervisedAsyncCollector, config.frames_per_batch // config.workers
     else:
         kind, frames_per_batch = SupervisedCollector, config.frames_per_batch

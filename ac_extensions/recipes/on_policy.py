@@ -342,6 +342,34 @@ class TensorPath:
         )
 
 
+def epoch_losses(
+    batch: TensorDictBase,
+    config: OnPolicyConfig,
+    generator,
+    loss_module,
+    tensor_path: TensorPath | None = None,
+) -> Iterator:
+    """The loss outputs of one epoch's minibatches, in order, computed one at a time.
+
+    Each output is computed when the next one is asked for, so a caller that takes an optimiser
+    step in between trains every minibatch on the updated networks. Minibatches come from
+    :func:`minibatches` through ``loss_module``, or from ``tensor_path``; diagnostics
+    (entropy, clip fraction, KL, ...) are computed on the last minibatch only: the KL early
+    stop reads them, and they cost ~0.2 ms per step.
+    """
+    if tensor_path is None:
+        cuts = list(minibatches(batch, config, generator))
+    else:
+        cuts = list(tensor_path.minibatches(batch, generator))
+    for index, minibatch in enumerate(cuts):
+        diagnostics = index == len(cuts) - 1
+        if tensor_path is None:
+            loss_module.diagnostics = diagnostics
+            yield loss_module(minibatch)
+        else:
+            yield tensor_path(minibatch, diagnostics)
+
+
 def finished_returns(batch: TensorDictBase) -> list[float]:
     """Returns of the episodes that ended in ``batch``, in time order."""
     done = batch["next", "done"].squeeze(-1)
@@ -447,19 +475,7 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
             logs: dict[str, list[float]] = {}
             stopped_early = 0.0
             for _ in range(epochs):
-                # Diagnostics (entropy, clip fraction, KL, ...) on the last minibatch of each
-                # epoch only: the KL early stop reads them, and they cost ~0.2 ms per step.
-                if tensor_path is None:
-                    cuts = list(minibatches(batch, config, generator))
-                else:
-                    cuts = list(tensor_path.minibatches(batch, generator))
-                for index, minibatch in enumerate(cuts):
-                    diagnostics = index == len(cuts) - 1
-                    if tensor_path is None:
-                        loss_module.diagnostics = diagnostics
-                        out = loss_module(minibatch)
-                    else:
-                        out = tensor_path(minibatch, diagnostics)
+                for out in epoch_losses(batch, config, generator, loss_module, tensor_path):
                     total = sum(v for k, v in out.items() if k.startswith("loss_"))
                     optimizer.zero_grad(set_to_none=True)
                     total.backward()
