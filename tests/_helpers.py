@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from tensordict import TensorDict
 from torch import Tensor
 
 
@@ -14,3 +15,30 @@ def col(*xs: float, dtype: torch.dtype = torch.float64) -> Tensor:
 def flags(*xs: int) -> Tensor:
     """A [T, 1] bool column."""
     return torch.tensor(xs, dtype=torch.bool).unsqueeze(-1)
+
+
+def on_policy_batch(shape, seed=0, networks=None, log_prob_noise=0.1, observation_size=4):
+    """A synthetic on-policy batch of ``shape``: log-probs from the actor that 'collected' it.
+
+    ``networks`` is ``(actor, critic)``; the stored log-probs are the actor's plus Gaussian
+    noise of scale ``log_prob_noise``, so the ratios π_θ / µ spread around 1.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    actor, _ = networks
+    obs = torch.randn(*shape, observation_size, generator=gen)
+    td = TensorDict({"observation": obs}, batch_size=shape)
+    with torch.no_grad():
+        dist = actor.get_dist(td.clone())
+        action = dist.sample()
+        log_prob = dist.log_prob(action) + log_prob_noise * torch.randn(shape, generator=gen)
+    td.update(
+        {
+            "action": action,
+            "action_log_prob": log_prob,
+            "advantage": torch.randn(*shape, 1, generator=gen),
+            "value_target": torch.randn(*shape, 1, generator=gen),
+            "state_value": torch.randn(*shape, 1, generator=gen),
+            ("next", "reward"): torch.randn(*shape, 1, generator=gen),
+        }
+    )
+    return td

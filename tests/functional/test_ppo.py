@@ -6,34 +6,13 @@ import math
 
 import pytest
 import torch
-from tensordict import TensorDict
 
 from ac_extensions.functional import categorical_ppo_losses, standardize_advantage
 from ac_extensions.modules import make_actor_critic
 from ac_extensions.objectives import SequencePPOLoss
+from tests._helpers import on_policy_batch
 
 OBS, ACT, N = 4, 3, 64
-
-
-def flat_batch(actor, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    td = TensorDict({"observation": torch.randn(N, OBS, generator=gen)}, [N])
-    with torch.no_grad():
-        dist = actor.get_dist(td.clone())
-        action = dist.sample()
-        # Perturbed behaviour log-probs: ratios spread on both sides of the clip range.
-        log_prob = dist.log_prob(action) + 0.3 * torch.randn(N, generator=gen)
-    td.update(
-        {
-            "action": action,
-            "action_log_prob": log_prob,
-            "advantage": torch.randn(N, 1, generator=gen),
-            "value_target": torch.randn(N, 1, generator=gen),
-            "state_value": torch.randn(N, 1, generator=gen),
-            ("next", "reward"): torch.randn(N, 1, generator=gen),
-        }
-    )
-    return td
 
 
 @pytest.mark.parametrize(
@@ -51,7 +30,8 @@ def test_equals_the_loss_module_on_a_flat_batch(settings):
     actor, critic = make_actor_critic(OBS, ACT, hidden_sizes=(16,))
     kw = dict(clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5) | settings
     module = SequencePPOLoss(actor, critic, loss_critic_type="l2", functional=False, **kw)
-    td = flat_batch(actor)
+    # Behaviour log-probs perturbed by 0.3: ratios spread on both sides of the clip range.
+    td = on_policy_batch((N,), networks=(actor, critic), log_prob_noise=0.3, observation_size=OBS)
     expected = module(td.clone())
     params = list(module.parameters())
     total = sum(v for k, v in expected.items() if k.startswith("loss_"))

@@ -12,31 +12,9 @@ from torchrl.objectives import A2CLoss, ClipPPOLoss
 
 from ac_extensions.modules import make_actor_critic, recurrent_env_transforms
 from ac_extensions.objectives import KLPenalty, SequenceA2CLoss, SequencePPOLoss
+from tests._helpers import on_policy_batch as batch
 
 OBS, ACT = 4, 3
-
-
-def batch(shape, seed=0, networks=None):
-    """A synthetic on-policy batch: log-probs from the actor that 'collected' it."""
-    gen = torch.Generator().manual_seed(seed)
-    actor, _ = networks
-    obs = torch.randn(*shape, OBS, generator=gen)
-    td = TensorDict({"observation": obs}, batch_size=shape)
-    with torch.no_grad():
-        dist = actor.get_dist(td.clone())
-        action = dist.sample()
-        log_prob = dist.log_prob(action) + 0.1 * torch.randn(shape, generator=gen)
-    td.update(
-        {
-            "action": action,
-            "action_log_prob": log_prob,
-            "advantage": torch.randn(*shape, 1, generator=gen),
-            "value_target": torch.randn(*shape, 1, generator=gen),
-            "state_value": torch.randn(*shape, 1, generator=gen),
-            ("next", "reward"): torch.randn(*shape, 1, generator=gen),
-        }
-    )
-    return td
 
 
 @pytest.fixture
