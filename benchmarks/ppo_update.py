@@ -2,14 +2,17 @@
 
 One PPO batch as the default recipe trains it: 512 steps of CartPole (2 workers × 8 envs × 32
 steps), 20 epochs of 2 minibatches of 256, 2×64 tanh MLPs, fused Adam, gradient clipping; the
-last minibatch of each epoch also computes the diagnostics. Two paths, same batch, same
+last minibatch of each epoch also computes the diagnostics. Three variants, same batch, same
 minibatch draws, interleaved repeats:
 
 * ``module``: ``SequencePPOLoss`` on TensorDict minibatches (``tensor_update=False``);
-* ``tensor``: :class:`ac_extensions.recipes.on_policy.TensorPath` on plain tensors (default).
+* ``tensor, per-tensor step``: :class:`ac_extensions.recipes.on_policy.TensorPath` on plain
+  tensors, with the optimiser, clipping and gradient reset walking the 12 parameter tensors;
+* ``tensor``: the same on :class:`~ac_extensions.modules.FlatParameters`' single buffers
+  (the recipe's default).
 
 Before timing, the script checks that one step of each gives the same losses and gradients.
-Reports milliseconds per gradient step (median over repeats) and the speed-up; writes
+Reports milliseconds per gradient step (median over repeats) and the speed-ups; writes
 ``benchmarks/results/ppo_update.{md,json}``.
 
     python benchmarks/ppo_update.py [--repeats 7]
@@ -51,17 +54,26 @@ def make_batch(config: PPOConfig, actor, seed: int = 0) -> TensorDict:
     return td
 
 
-def one_batch(config, batch, loss_module, optimizer, tensor_path, generator) -> int:
-    """Every gradient step of one batch (``epochs`` × minibatches); returns the step count."""
+def one_batch(config, batch, loss_module, optimizer, flat, tensor_path, generator) -> int:
+    """Every gradient step of one batch (``epochs`` × minibatches); returns the step count.
+
+    ``flat``: the recipe's :class:`~ac_extensions.modules.FlatParameters` step (``optimizer``
+    steps the flat parameter); ``None``: the per-tensor step (``optimizer`` over the module's
+    parameters, ``torch.nn.utils.clip_grad_norm_``), the recipe's step before the flat buffers.
+    """
     steps = 0
+    params = list(loss_module.parameters())
     for _ in range(config.epochs):
         for out in epoch_losses(batch, config, generator, loss_module, tensor_path):
             total = sum(v for k, v in out.items() if k.startswith("loss_"))
-            optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                loss_module.parameters(), config.max_grad_norm
-            )
+            if flat is not None:
+                flat.zero_grad()
+                total.backward()
+                grad_norm = flat.clip_grad_norm_(config.max_grad_norm)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             optimizer.step()
             float(total.detach()), float(grad_norm)  # the recipe logs both: a sync point each
             steps += 1
@@ -70,7 +82,7 @@ def one_batch(config, batch, loss_module, optimizer, tensor_path, generator) -> 
 
 def check_same_gradients(config, batch) -> None:
     torch.manual_seed(0)
-    actor, critic, loss_module, _ = build(config)
+    actor, critic, loss_module, *_ = build(config)
     path = TensorPath(actor, critic, loss_module, config)
     order_a, order_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     module_mb = next(iter(minibatches(batch, config, order_a)))
@@ -92,26 +104,37 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     config = PPOConfig()
     torch.manual_seed(0)
-    actor, critic, loss_module, optimizer = build(config)
+    actor, critic, loss_module, optimizer, flat = build(config)
     batch = make_batch(config, actor)
     check_same_gradients(config, batch)
     loss_module.validate(batch)
     loss_module.check_inputs = False
-    paths = {"module": None, "tensor": TensorPath(actor, critic, loss_module, config)}
-    state = copy.deepcopy((loss_module.state_dict(), optimizer.state_dict()))
+    tensor_path = TensorPath(actor, critic, loss_module, config)
+    # The per-tensor variant steps the same parameters (views into the flat buffer) with its
+    # own Adam, as the recipe did before FlatParameters; attach_grads() restores the gradient
+    # views that its zero_grad(set_to_none=True) replaced.
+    per_tensor = torch.optim.Adam(loss_module.parameters(), lr=config.lr, eps=1e-5, fused=True)
+    paths = {
+        "module": (None, optimizer, flat),
+        "tensor, per-tensor step": (tensor_path, per_tensor, None),
+        "tensor": (tensor_path, optimizer, flat),
+    }
+    state = copy.deepcopy(loss_module.state_dict())
     samples: dict[str, list[float]] = {name: [] for name in paths}
     for repeat in range(args.repeats + 1):  # the first round warms up, untimed
-        for name, path in paths.items():
-            loss_module.load_state_dict(state[0])
-            optimizer.load_state_dict(state[1])
+        for name, (path, opt, flat_or_none) in paths.items():
+            loss_module.load_state_dict(state)
+            opt.state.clear()  # fresh Adam moments for every batch
+            flat.attach_grads()
             generator = torch.Generator().manual_seed(repeat)
             start = time.perf_counter()
-            steps = one_batch(config, batch, loss_module, optimizer, path, generator)
+            steps = one_batch(config, batch, loss_module, opt, flat_or_none, path, generator)
             elapsed = time.perf_counter() - start
             if repeat:
                 samples[name].append(elapsed / steps * 1e3)
     median = {name: statistics.median(v) for name, v in samples.items()}
     speedup = median["module"] / median["tensor"]
+    flat_gain = median["tensor, per-tensor step"] / median["tensor"]
     rows = [
         "| path | ms per gradient step (median) | all repeats | speed-up |",
         "|---|---|---|---|",
@@ -133,10 +156,16 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ppo_update.md").write_text(header + table + "\n")
     (RESULTS / "ppo_update.json").write_text(
-        json.dumps({"ms_per_step": samples, "median": median, "speedup": speedup}, indent=2)
+        json.dumps(
+            {"ms_per_step": samples, "median": median, "speedup": speedup, "flat": flat_gain},
+            indent=2,
+        )
     )
     print(table)
-    print(f"\ntensor path: {speedup:.2f}x faster per gradient step; wrote {RESULTS}/ppo_update.md")
+    print(
+        f"\ntensor path: {speedup:.2f}x faster per gradient step than the module; flat buffers: "
+        f"{flat_gain:.2f}x; wrote {RESULTS}/ppo_update.md"
+    )
 
 
 if __name__ == "__main__":

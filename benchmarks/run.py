@@ -158,7 +158,7 @@ def throughput(frames: int, repeats: int = 3) -> Path:
         return count / (time.perf_counter() - start)
 
     def collection_only() -> float:
-        actor, critic, _, _ = on_policy.build(config)
+        actor, critic, *_ = on_policy.build(config)
         collector = start_collector(
             config, partial(on_policy.make_env, config), collection_policy(actor, critic)
         )

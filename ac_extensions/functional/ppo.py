@@ -158,7 +158,11 @@ def categorical_ppo_losses(
     high = math.log1p(clip_epsilon)
     clipped = log_weight.clamp(low, high)
     gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
-    entropy = -(log_probs.exp() * log_probs).sum(-1)  # [N]
+    if entropy_coeff or diagnostics:
+        entropy = -(log_probs.exp() * log_probs).sum(-1)  # [N]
+        loss_entropy = -entropy_coeff * entropy.mean()
+    else:  # a zero coefficient: the term and its gradient are 0, H need not be computed
+        loss_entropy = logits.new_zeros(())
     error = (value - value_target).pow(2)
     step = None
     if clip_value is not None:
@@ -168,7 +172,7 @@ def categorical_ppo_losses(
     out = {
         "loss_objective": -gain.mean(),
         "loss_critic": critic_coeff * error.mean(),
-        "loss_entropy": -entropy_coeff * entropy.mean(),
+        "loss_entropy": loss_entropy,
     }
     if diagnostics:
         with torch.no_grad():

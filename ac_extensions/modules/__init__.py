@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from ac_extensions.modules.acer import NatureCNN, make_acer_actor
 from ac_extensions.modules.actor_critic import (
+    CategoricalSampler,
     collection_policy,
     make_actor_critic,
     make_qvalue,
     recurrent_env_transforms,
 )
 from ac_extensions.modules.dueling import StochasticDuelingNetwork, make_continuous_actor_critic
+from ac_extensions.modules.flat import FlatParameters
 from ac_extensions.modules.reactor import (
     PreviousActionReward,
     make_reactor_actor,
@@ -18,6 +20,8 @@ from ac_extensions.modules.reactor import (
 )
 
 __all__ = [
+    "CategoricalSampler",
+    "FlatParameters",
     "NatureCNN",
     "PreviousActionReward",
     "StochasticDuelingNetwork",

@@ -36,7 +36,12 @@ from torchrl.envs import ExplorationType, set_exploration_type
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from ac_extensions.functional import categorical_ppo_losses
-from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
+from ac_extensions.modules import (
+    FlatParameters,
+    collection_policy,
+    make_actor_critic,
+    recurrent_env_transforms,
+)
 from ac_extensions.objectives import SequenceA2CLoss, SequencePPOLoss
 from ac_extensions.recipes._common import (
     Checkpointer,
@@ -167,7 +172,13 @@ def make_env(config: OnPolicyConfig):
 
 
 def build(config: OnPolicyConfig):
-    """Networks, loss and optimiser for ``config`` (env specs from a probe env)."""
+    """Networks, loss and optimiser for ``config`` (env specs from a probe env).
+
+    Returns:
+        ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
+        (:class:`~ac_extensions.modules.FlatParameters` over the loss module's parameters), so
+        the gradient reset, clipping and update are one op each.
+    """
     probe = make_env(config)
     obs_dim = observation_size(probe)
     num_actions = int(probe.full_action_spec["action"].space.n)
@@ -197,15 +208,17 @@ def build(config: OnPolicyConfig):
             normalize_advantage=config.normalize_advantage,
             **common,
         )
-        # fused: one kernel for all parameters (0.06 vs 0.23 ms per step for the 2×64 MLPs).
-        optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, eps=1e-5, fused=True)
     else:
         loss = SequenceA2CLoss(actor, critic, **common)
+    # One [P] buffer for parameters and one for gradients: zeroing, clipping and the update
+    # are one op each instead of a few per tensor (~0.7 ms less per step for the 2×64 MLPs).
+    flat = FlatParameters(loss.parameters())
+    if config.algorithm == "ppo":
+        optimizer = torch.optim.Adam([flat.parameter], lr=config.lr, eps=1e-5, fused=True)
+    else:
         # A2C's RMSprop settings (Mnih et al., 2016; SB3's A2C defaults).
-        optimizer = torch.optim.RMSprop(
-            loss.parameters(), lr=config.lr, alpha=0.99, eps=1e-5, foreach=True
-        )
-    return actor, critic, loss, optimizer
+        optimizer = torch.optim.RMSprop([flat.parameter], lr=config.lr, alpha=0.99, eps=1e-5)
+    return actor, critic, loss, optimizer, flat
 
 
 @torch.no_grad()
@@ -417,7 +430,7 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    actor, critic, loss_module, optimizer = build(config)
+    actor, critic, loss_module, optimizer, flat = build(config)
     tensor_path = None  # feed-forward PPO: the same losses on plain tensors (TensorPath)
     if TensorPath.applies(config):
         tensor_path = TensorPath(actor, critic, loss_module, config)
@@ -472,16 +485,15 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
                 loss_module.clip_epsilon.fill_(config.clip_epsilon * remaining)
 
             epochs = (config.epochs if config.algorithm == "ppo" else 1) if learn else 0
+            flat.check()  # every parameter and gradient still lives in the flat buffers
             logs: dict[str, list[float]] = {}
             stopped_early = 0.0
             for _ in range(epochs):
                 for out in epoch_losses(batch, config, generator, loss_module, tensor_path):
                     total = sum(v for k, v in out.items() if k.startswith("loss_"))
-                    optimizer.zero_grad(set_to_none=True)
+                    flat.zero_grad()
                     total.backward()
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        loss_module.parameters(), config.max_grad_norm
-                    )
+                    grad_norm = flat.clip_grad_norm_(config.max_grad_norm)
                     if not guard.update_ok(total, grad_norm):
                         continue  # NaN/inf loss or gradient: no step (warned, counted)
                     optimizer.step()

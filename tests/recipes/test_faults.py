@@ -328,7 +328,7 @@ def _wait_dead(pid: int, timeout: float = 10.0) -> None:
 def test_worker_killed_while_weights_sync_raises_worker_error_instead_of_hanging():
     # TorchRL waits for the weight acknowledgment of a dead worker forever.
     config = replace(TINY, frames=10_000)
-    actor, critic, _, _ = on_policy.build(config)
+    actor, critic, *_ = on_policy.build(config)
     policy = on_policy.collection_policy(actor, critic)
     collector = start_collector(config, partial(on_policy.make_env, config), policy)
     try:

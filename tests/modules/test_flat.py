@@ -1,0 +1,122 @@
+"""FlatParameters: one buffer for parameters and gradients, the same training steps."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from ac_extensions.modules import FlatParameters
+
+
+def _net() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def test_parameters_and_gradients_are_views_into_the_buffers():
+    torch.manual_seed(0)
+    net = _net()
+    before = [p.detach().clone() for p in net.parameters()]
+    flat = FlatParameters(net.parameters())
+    assert flat.parameter.shape == (sum(p.numel() for p in before),)
+    # Values kept, in parameter order.
+    torch.testing.assert_close(flat.parameter.detach(), torch.cat([p.reshape(-1) for p in before]))
+    # Writing the buffer writes the module's parameters (and the other way round).
+    with torch.no_grad():
+        flat.parameter.fill_(2.0)
+    assert all((p == 2.0).all() for p in net.parameters())
+    # Backward accumulates into the flat gradient buffer.
+    flat.zero_grad()
+    net(torch.ones(5, 4)).sum().backward()
+    torch.testing.assert_close(flat.grad, torch.cat([p.grad.reshape(-1) for p in net.parameters()]))
+    assert flat.grad.abs().sum() > 0
+    flat.check()
+
+
+def test_training_steps_equal_the_per_parameter_ones():
+    # Differential: Adam + clipping on the flat buffer vs. torch's per-tensor versions.
+    torch.manual_seed(0)
+    a = _net()
+    b = copy.deepcopy(a)
+    flat = FlatParameters(b.parameters())
+    opt_a = torch.optim.Adam(a.parameters(), lr=1e-2, eps=1e-5)
+    opt_b = torch.optim.Adam([flat.parameter], lr=1e-2, eps=1e-5, fused=True)
+    for step in range(25):
+        x = torch.randn(16, 4) * (10 if step % 5 == 0 else 1)  # some steps clip, some do not
+        opt_a.zero_grad()
+        a(x).pow(2).mean().backward()
+        norm_a = torch.nn.utils.clip_grad_norm_(a.parameters(), 0.5)
+        opt_a.step()
+        flat.zero_grad()
+        b(x).pow(2).mean().backward()
+        norm_b = flat.clip_grad_norm_(0.5)
+        opt_b.step()
+        torch.testing.assert_close(norm_a, norm_b)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+
+
+def test_clip_matches_torch_and_scales_to_max_norm():
+    net = _net()
+    flat = FlatParameters(net.parameters())
+    flat.zero_grad()
+    flat.grad.copy_(torch.arange(flat.grad.numel(), dtype=torch.float))
+    norm = flat.clip_grad_norm_(1.0)
+    torch.testing.assert_close(norm, torch.arange(flat.grad.numel(), dtype=torch.float).norm())
+    torch.testing.assert_close(flat.grad.norm(), torch.tensor(1.0), atol=1e-5, rtol=0)
+    # Below the limit nothing changes.
+    flat.grad.fill_(1e-3)
+    flat.clip_grad_norm_(1.0)
+    assert (flat.grad == 1e-3).all()
+
+
+def test_a_loss_module_state_dict_round_trips():
+    torch.manual_seed(0)
+    net = _net()
+    flat = FlatParameters(net.parameters())
+    state = copy.deepcopy(net.state_dict())
+    with torch.no_grad():
+        flat.parameter.zero_()
+    net.load_state_dict(state)  # copies into the views
+    torch.testing.assert_close(
+        flat.parameter.detach(), torch.cat([v.reshape(-1) for v in state.values()])
+    )
+    flat.check()
+
+
+def test_check_raises_when_gradients_were_detached():
+    net = _net()
+    flat = FlatParameters(net.parameters())
+    net.zero_grad(set_to_none=True)
+    with pytest.raises(RuntimeError, match=r"gradient of parameter 0 .*zero_grad"):
+        flat.check()
+    flat.attach_grads()
+    flat.check()
+
+
+def test_check_raises_when_a_parameter_was_replaced():
+    net = _net()
+    flat = FlatParameters(net.parameters())
+    net[0].weight.data = net[0].weight.data.clone()
+    with pytest.raises(RuntimeError, match=r"parameter 0 \(shape \[8, 4\]\) no longer lives"):
+        flat.check()
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="at least one parameter"):
+        FlatParameters([])
+    frozen = nn.Linear(2, 2)
+    frozen.bias.requires_grad_(False)
+    with pytest.raises(ValueError, match=r"parameter 1 \(shape \[2\]\) does not require grad"):
+        FlatParameters(frozen.parameters())
+    mixed = [nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, dtype=torch.float64))]
+    with pytest.raises(ValueError, match=r"parameter 1 is torch\.float64"):
+        FlatParameters(mixed)
+
+
+def test_shared_parameters_are_taken_once():
+    layer = nn.Linear(3, 3)
+    flat = FlatParameters([*layer.parameters(), layer.weight])
+    assert flat.parameter.numel() == 12
