@@ -40,6 +40,7 @@ MICRO = (
     ["functional_ops.py"],
     ["acer_update.py"],
     ["ppo_update.py"],
+    ["collection.py"],
     ["sequence_sampler.py"],
 )
 
