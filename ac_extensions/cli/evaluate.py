@@ -80,7 +80,8 @@ def make_eval_env(module, config, policy):
 
 def enable_rendering(env):
     """Switch the single gymnasium env inside ``env`` to ``rgb_array`` rendering."""
-    vector = env.base_env._env  # GymWrapper around gymnasium's SyncVectorEnv
+    # VectorGymEnv or GymWrapper (bare or under a TransformedEnv) around a SyncVectorEnv.
+    vector = getattr(env, "base_env", env)._env
     inner = vector.envs[0]
     inner.unwrapped.render_mode = "rgb_array"
     return inner

@@ -273,9 +273,10 @@ class ReportingEnvFactory:
 
     A worker process that dies of an exception prints its traceback on its own stderr and
     exits with code 1; TorchRL's main process only sees the exit code. The env built here has
-    its ``_step`` and ``_reset`` (those of the returned TorchRL env, transforms included)
-    wrapped: the first exception is written, as ``"Type: message (file:line in function)"``, to
-    ``<directory>/<pid>.txt`` before it propagates, and :func:`worker_failure` reads it back.
+    its ``_step``, ``_reset`` and ``step_and_maybe_reset`` (those of the returned TorchRL env,
+    transforms included) wrapped: the first exception is written, as
+    ``"Type: message (file:line in function)"``, to ``<directory>/<pid>.txt`` before it
+    propagates, and :func:`worker_failure` reads it back.
     With :data:`WORKER_TRACEBACKS_VARIABLE` set to ``0`` the dying worker prints no traceback.
 
     Args:
@@ -289,9 +290,13 @@ class ReportingEnvFactory:
         self.directory = str(directory)
 
     def __call__(self, *args, **kwargs):
-        """Build the env and wrap its ``_step`` / ``_reset`` (instance attributes)."""
+        """Build the env and wrap its ``_step`` / ``_reset`` / ``step_and_maybe_reset``.
+
+        The last is the collector's entry point, which a bare ``VectorGymEnv`` implements
+        without ``_step``; wrapped as instance attributes.
+        """
         env = self.factory(*args, **kwargs)
-        for name in ("_step", "_reset"):
+        for name in ("_step", "_reset", "step_and_maybe_reset"):
             setattr(env, name, _report_errors(getattr(env, name), self.directory))
         return env
 
