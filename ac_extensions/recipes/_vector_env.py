@@ -4,8 +4,8 @@ TorchRL's ``GymWrapper`` over a vector env, with its ``VecGymEnvTransform`` (fin
 on done steps) and ``RewardSum`` (episode returns), spends about 2 ms per step of 8 CartPoles
 here, against 0.14 ms for gymnasium itself (``benchmarks/results/collection.md``): readers,
 spec checks, a partial reset through ``TensorDict.where`` at every step some copy finished.
-:class:`VectorGymEnv` produces the same data (tests/recipes/test_envs.py checks it step for
-step against that stack) from one ``_step`` that reads the arrays once, and its
+:class:`VectorGymEnv` produces the same data (tests/recipes/test_vector_env.py checks it step
+for step against that stack) from one ``_step`` that reads the arrays once, and its
 ``step_and_maybe_reset`` writes the next root directly instead of resetting the finished copies
 (the vector env already did, in the same step).
 """

@@ -15,14 +15,7 @@ from functools import partial
 
 import gymnasium as gym
 import numpy as np
-from torchrl.envs import (
-    CatTensors,
-    EnvBase,
-    GymWrapper,
-    RewardSum,
-    Transform,
-    TransformedEnv,
-)
+from torchrl.envs import CatTensors, EnvBase, GymWrapper, RewardSum, Transform, TransformedEnv
 
 from ac_extensions.recipes._vector_env import VectorGymEnv
 
@@ -113,15 +106,16 @@ def make_batched_env(
     observation_keys: Sequence[str] = ("observation",),
     transform_factory: Callable[[], Transform] | None = None,
     extra_transforms: Sequence[Transform] = (),
+    lean: bool = True,
 ) -> EnvBase:
     """``num_envs`` copies of a gymnasium env stepped in-process, as one TorchRL env ``[E]``.
 
     One TorchRL step drives all copies (gymnasium ``SyncVectorEnv`` with same-step autoreset),
-    so TorchRL's per-step overhead is paid once per ``num_envs`` frames. Envs with a ``Box``
-    observation and a ``Discrete`` or ``Box`` action space use the lean
+    so TorchRL's per-step overhead is paid once per ``num_envs`` frames. Without transforms, a
+    ``Box`` observation and a ``Discrete`` or ``Box`` action space give the lean
     :class:`~ac_extensions.recipes._vector_env.VectorGymEnv` (the same data as TorchRL's
-    ``GymWrapper`` + ``RewardSum`` stack, at about half the collection cost); others (e.g.
-    ``Dict`` observations) use that stack. At a done step
+    ``GymWrapper`` + ``RewardSum`` stack, at about half the collection cost); everything else
+    (transforms, ``Dict`` observations) uses that stack. At a done step
     ``("next", "observation")`` is the final observation of the episode (a truncated step can
     bootstrap from it) and the next row starts from the reset observation.
 
@@ -150,6 +144,10 @@ def make_batched_env(
         transform_factory: optional callable returning a TorchRL transform for observation
             preprocessing, appended after the concatenation (must be picklable for workers).
         extra_transforms: further transforms (e.g. a recurrent policy's primers).
+        lean: allow :class:`~ac_extensions.recipes._vector_env.VectorGymEnv`. ``False`` keeps
+            TorchRL's stack, whose construction also draws from torch's global random stream
+            (``GymWrapper`` checks its specs with a random-action rollout): code whose seeded
+            runs must repeat those from before the lean env existed passes ``False``.
 
     Returns:
         A TorchRL env with batch size ``[num_envs]`` and ``("next", "episode_reward")``.
@@ -158,26 +156,19 @@ def make_batched_env(
         [partial(make_gym_env, env_id)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    transforms = [] if transform_factory is None else [transform_factory()]
-    transforms.extend(extra_transforms)
-    if tuple(observation_keys) == ("observation",) and VectorGymEnv.supports(vector):
-        # The lean wrapper (same data, ~2x fewer collection seconds); it keeps the running
-        # return itself, so no RewardSum. Without transforms it is returned bare, so that
+    bare = lean and transform_factory is None and not extra_transforms
+    if bare and tuple(observation_keys) == ("observation",) and VectorGymEnv.supports(vector):
+        # The lean env (the same data as the stack below, about half the collection cost;
+        # it keeps the running return itself, so no RewardSum), returned bare so that
         # collectors use its own step_and_maybe_reset.
-        base = VectorGymEnv(vector)
-        if not transforms:
-            return base
-        env = TransformedEnv(base)
-        for transform in transforms:
-            env.append_transform(transform)
-        return env
+        return VectorGymEnv(vector)
     env = TransformedEnv(GymWrapper(vector, categorical_action_encoding=True))
     if tuple(observation_keys) != ("observation",):
         env.append_transform(
             CatTensors(list(observation_keys), out_key="observation", del_keys=False)
         )
     if transform_factory is not None:
-        env.append_transform(transforms[0])
+        env.append_transform(transform_factory())
     env.append_transform(RewardSum())
     for transform in extra_transforms:
         env.append_transform(transform)

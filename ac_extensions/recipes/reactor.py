@@ -194,8 +194,12 @@ class ReactorConfig(RunConfig):
 
 
 def _probe(config: ReactorConfig) -> tuple[tuple[int, ...], int]:
-    """Per-env observation shape and the number of actions of ``config.env_id``."""
-    env = make_batched_env(config.env_id, 1)
+    """Per-env observation shape and the number of actions of ``config.env_id``.
+
+    TorchRL's env stack (``lean=False``), as when Reactor's results were measured: building it
+    draws from torch's random stream, so the seeded runs (and benchmarks/results) repeat.
+    """
+    env = make_batched_env(config.env_id, 1, lean=False)
     shape = tuple(env.observation_spec["observation"].shape[len(env.batch_size) :])
     num_actions = action_size(env)
     env.close()

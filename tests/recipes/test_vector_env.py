@@ -102,8 +102,9 @@ def test_episode_reward_is_the_running_return():
 
 def test_make_batched_env_picks_the_lean_env_when_it_applies():
     assert isinstance(make_batched_env("CartPole-v1", 2), VectorGymEnv)
+    # Transforms keep TorchRL's stack (their order relative to RewardSum is unchanged).
     with_transform = make_batched_env("CartPole-v1", 2, extra_transforms=(InitTracker(),))
-    assert isinstance(with_transform.base_env, VectorGymEnv)
+    assert isinstance(with_transform.base_env, GymWrapper)
     # Dict observations keep TorchRL's stack (CatTensors + RewardSum).
     dict_env = make_batched_env("DictCartPole-v1", 2, observation_keys=("position", "velocity"))
     assert isinstance(dict_env.base_env, GymWrapper)
