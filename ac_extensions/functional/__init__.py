@@ -20,6 +20,7 @@ Index:
 - :mod:`.distributional`: :func:`categorical_projection`,
   :func:`distributional_retrace_targets`.
 - :mod:`.ppo`: :func:`categorical_ppo_losses` (clipped PPO on plain tensors),
+  :func:`categorical_ppo_backward` (the same with its gradient derived by hand),
   :func:`standardize_advantage`.
 """
 
@@ -44,7 +45,11 @@ from ac_extensions.functional.policy_gradients import (
     sampled_bias_correction_loss,
     truncated_is_policy_loss,
 )
-from ac_extensions.functional.ppo import categorical_ppo_losses, standardize_advantage
+from ac_extensions.functional.ppo import (
+    categorical_ppo_backward,
+    categorical_ppo_losses,
+    standardize_advantage,
+)
 from ac_extensions.functional.trust_region import (
     categorical_kl_gradient,
     normal_kl_gradient,
@@ -58,6 +63,7 @@ __all__ = [
     "beta_loo_policy_loss",
     "bias_correction_loss",
     "categorical_kl_gradient",
+    "categorical_ppo_backward",
     "categorical_ppo_losses",
     "categorical_projection",
     "continuous_acer_trace",

@@ -137,6 +137,69 @@ def categorical_ppo_losses(
         >>> {k: round(v.item(), 4) for k, v in out.items()}
         {'loss_objective': -0.5, 'loss_critic': 0.5, 'loss_entropy': -0.0693}
     """
+    low, high = _check_arguments(
+        logits,
+        value,
+        action,
+        behavior_log_prob,
+        advantage,
+        value_target,
+        clip_epsilon,
+        clip_value,
+        old_value,
+    )
+    log_probs = logits.log_softmax(-1)  # [N, A]
+    log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    log_weight = log_prob - behavior_log_prob
+    if normalize_advantage and advantage.numel() > 1:
+        advantage = standardize_advantage(advantage)
+    clipped = log_weight.clamp(low, high)
+    gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
+    if entropy_coeff or diagnostics:
+        entropy = -(log_probs.exp() * log_probs).sum(-1)  # [N]
+        loss_entropy = -entropy_coeff * entropy.mean()
+    else:  # a zero coefficient: the term and its gradient are 0, H need not be computed
+        loss_entropy = logits.new_zeros(())
+    error = (value - value_target).pow(2)
+    step = clipped_step = None
+    if clip_value is not None:
+        step = value - old_value
+        clipped_step = step.clamp(-clip_value, clip_value)
+        error = torch.maximum(error, (old_value + clipped_step - value_target).pow(2))
+    out = {
+        "loss_objective": -gain.mean(),
+        "loss_critic": critic_coeff * error.mean(),
+        "loss_entropy": loss_entropy,
+    }
+    if diagnostics:
+        with torch.no_grad():
+            out.update(
+                _diagnostics(
+                    log_weight.detach(),
+                    low,
+                    high,
+                    entropy.detach(),
+                    value.detach(),
+                    value_target.detach(),
+                    step,
+                    clipped_step,
+                )
+            )
+    return out
+
+
+def _check_arguments(
+    logits,
+    value,
+    action,
+    behavior_log_prob,
+    advantage,
+    value_target,
+    clip_epsilon,
+    clip_value,
+    old_value,
+) -> tuple[float, float]:
+    """Shape and value checks shared by both PPO functions; returns the log-ratio clip range."""
     _check_steps(
         logits,
         value=value,
@@ -149,44 +212,167 @@ def categorical_ppo_losses(
     clip_epsilon = check_positive_scalar("clip_epsilon", clip_epsilon, allow_zero=True)
     if clip_value is not None and old_value is None:
         raise ValueError("clip_value needs old_value: V_old(x_t) of shape [N]")
-    log_probs = logits.log_softmax(-1)  # [N, A]
-    log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-    log_weight = log_prob - behavior_log_prob
-    if normalize_advantage and advantage.numel() > 1:
-        advantage = standardize_advantage(advantage)
     low = math.log1p(-clip_epsilon) if clip_epsilon < 1 else -math.inf
-    high = math.log1p(clip_epsilon)
-    clipped = log_weight.clamp(low, high)
-    gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
-    if entropy_coeff or diagnostics:
-        entropy = -(log_probs.exp() * log_probs).sum(-1)  # [N]
-        loss_entropy = -entropy_coeff * entropy.mean()
-    else:  # a zero coefficient: the term and its gradient are 0, H need not be computed
-        loss_entropy = logits.new_zeros(())
-    error = (value - value_target).pow(2)
-    step = None
-    if clip_value is not None:
-        step = value - old_value
-        clipped_step = step.clamp(-clip_value, clip_value)
-        error = torch.maximum(error, (old_value + clipped_step - value_target).pow(2))
+    return low, math.log1p(clip_epsilon)
+
+
+def _diagnostics(
+    log_weight, low, high, entropy, value, value_target, step, clipped_step
+) -> dict[str, Tensor]:
+    """The detached scalar diagnostics of :func:`categorical_ppo_losses` (shapes [N])."""
     out = {
-        "loss_objective": -gain.mean(),
-        "loss_critic": critic_coeff * error.mean(),
-        "loss_entropy": loss_entropy,
+        "entropy": entropy.mean(),
+        "kl_approx": (-log_weight).mean(),
+        "clip_fraction": ((log_weight < low) | (log_weight > high)).float().mean(),
+        **ratio_diagnostics(log_weight),
+        "explained_variance": explained_variance(value_target, value),
     }
-    if diagnostics:
-        with torch.no_grad():
-            log_weight = log_weight.detach()
-            out.update(
-                entropy=entropy.detach().mean(),
-                kl_approx=(-log_weight).mean(),
-                clip_fraction=((log_weight < low) | (log_weight > high)).float().mean(),
-                **ratio_diagnostics(log_weight),
-                explained_variance=explained_variance(value_target.detach(), value.detach()),
-            )
-            if step is not None:
-                out["value_clip_fraction"] = (step != clipped_step).float().mean()
+    if step is not None:
+        out["value_clip_fraction"] = (step != clipped_step).float().mean()
     return out
 
 
-__all__ = ["categorical_ppo_losses", "standardize_advantage"]
+def _tie_weights(first: Tensor, second: Tensor, first_wins: Tensor) -> tuple[Tensor, Tensor]:
+    """Gradient shares of ``first`` and ``second`` in an elementwise min/max (shape [N]).
+
+    ``first_wins``: where ``first`` is the one selected. As torch's ``minimum`` / ``maximum``
+    backward: the selected input gets the whole gradient, and a tie gives each half.
+    """
+    tie = first == second
+    share = torch.where(tie, 0.5, first_wins.to(first.dtype))
+    return share, torch.where(tie, 0.5, 1.0 - share)
+
+
+@torch.no_grad()
+def categorical_ppo_backward(
+    logits: Tensor,
+    value: Tensor,
+    action: Tensor,
+    behavior_log_prob: Tensor,
+    advantage: Tensor,
+    value_target: Tensor,
+    *,
+    clip_epsilon: float,
+    entropy_coeff: float = 0.0,
+    critic_coeff: float = 1.0,
+    normalize_advantage: bool = True,
+    clip_value: float | None = None,
+    old_value: Tensor | None = None,
+    diagnostics: bool = False,
+) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+    """:func:`categorical_ppo_losses`, and the gradient of their sum, derived by hand.
+
+    Takes the same arguments and returns the same (detached) dict, together with
+    ∂L/∂logits (shape [N, A]) and ∂L/∂value (shape [N]) for L = loss_objective +
+    loss_critic + loss_entropy; no autograd graph is built. With a network's hand-written
+    backward (:class:`~ac_extensions.modules.MLPBackprop`) this replaces ``L.backward()``.
+    Derivation, with g_t = ∂L/∂log r_t and π = softmax(logits):
+
+    * objective, L_clip = −(1/N) Σ_t min(r_t Â_t, r̄_t Â_t), r̄_t = exp(clip(log r_t)):
+      g_t = −(1/N) r_t Â_t (w_t + w̄_t 1[log r_t ∈ [log(1−ε), log(1+ε)]]) with w_t, w̄_t
+      the min's gradient shares (1/0, or ½ each on a tie, as torch's ``minimum`` splits it;
+      ``clamp`` passes the gradient on the closed range, as torch's does);
+    * log r_t = log π(a_t|x_t) − log µ(a_t|x_t): ∂/∂logits = g_t (e_{a_t} − π_t);
+    * entropy, −β (1/N) Σ_t H_t with H = −Σ_a π_a log π_a:
+      ∂/∂logits = (β/N) π_t ⊙ (log π_t + H_t);
+    * critic, c (1/N) Σ_t (V_t − G_t)²: ∂/∂V_t = (2c/N)(V_t − G_t); with value clipping,
+      c (1/N) Σ_t max((V_t − G_t)², (V̄_t − G_t)²), V̄_t = V_old + clip(V_t − V_old, −c_v, c_v):
+      ∂/∂V_t = (2c/N)(u_t (V_t − G_t) + ū_t (V̄_t − G_t) 1[|V_t − V_old| ≤ c_v]), with u, ū
+      the max's gradient shares.
+
+    ``tests/functional/test_ppo.py`` checks the result against autograd through
+    :func:`categorical_ppo_losses` (ties and boundaries included). Clipped objective:
+    Schulman et al., 2017, arXiv:1707.06347, Eq. 7 and 9.
+
+    Args:
+        logits: shape [N, A], unnormalised log-probabilities of π_θ (no graph needed).
+        value: shape [N], V_θ(x_t).
+        action: shape [N], integer actions taken.
+        behavior_log_prob: shape [N], log µ(a_t|x_t) stored at collection.
+        advantage: shape [N], advantage estimates.
+        value_target: shape [N], G_t.
+        clip_epsilon: ε ≥ 0.
+        entropy_coeff: weight β of the entropy bonus.
+        critic_coeff: weight c of the critic loss.
+        normalize_advantage: standardise ``advantage`` over the N steps first.
+        clip_value: value-clipping radius c_v, or ``None``.
+        old_value: shape [N], V_old(x_t); required with ``clip_value``.
+        diagnostics: also return the detached diagnostics of :func:`categorical_ppo_losses`.
+
+    Returns:
+        ``(out, grad_logits, grad_value)``: the loss dict of :func:`categorical_ppo_losses`
+        (detached), ∂L/∂logits of shape [N, A] and ∂L/∂value of shape [N].
+
+    Example:
+        >>> import torch
+        >>> out, grad_logits, grad_value = categorical_ppo_backward(
+        ...     torch.zeros(2, 2), torch.tensor([0.0, 1.0]), torch.tensor([0, 1]),
+        ...     torch.log(torch.tensor([0.5, 0.5])), torch.tensor([2.0, -1.0]),
+        ...     torch.tensor([1.0, 1.0]), clip_epsilon=0.2, normalize_advantage=False)
+        >>> round(out["loss_objective"].item(), 4), grad_logits.tolist(), grad_value.tolist()
+        (-0.5, [[-0.5, 0.5], [-0.25, 0.25]], [-1.0, 0.0])
+    """
+    low, high = _check_arguments(
+        logits,
+        value,
+        action,
+        behavior_log_prob,
+        advantage,
+        value_target,
+        clip_epsilon,
+        clip_value,
+        old_value,
+    )
+    n = logits.shape[0]
+    logits, value = logits.detach(), value.detach()
+    log_probs = logits.log_softmax(-1)  # [N, A]
+    index = action.long().unsqueeze(-1)  # [N, 1]
+    log_weight = log_probs.gather(-1, index).squeeze(-1) - behavior_log_prob  # [N]
+    if normalize_advantage and n > 1:
+        advantage = standardize_advantage(advantage)
+    in_range = (log_weight >= low) & (log_weight <= high)
+    surrogate = log_weight.exp() * advantage
+    clipped_surrogate = log_weight.clamp(low, high).exp() * advantage
+    gain = torch.minimum(surrogate, clipped_surrogate)
+    share, clipped_share = _tie_weights(surrogate, clipped_surrogate, surrogate < clipped_surrogate)
+    # Inside the range r̄ = r exactly, so both terms carry r Â there.
+    grad_log_weight = surrogate * (share + clipped_share * in_range) * (-1.0 / n)  # [N]
+    probs = log_probs.exp()  # [N, A]
+    grad_logits = probs * grad_log_weight.neg().unsqueeze(-1)
+    grad_logits.scatter_add_(-1, index, grad_log_weight.unsqueeze(-1))
+    entropy = None
+    if entropy_coeff or diagnostics:
+        entropy = -(probs * log_probs).sum(-1)  # [N]
+        loss_entropy = -entropy_coeff * entropy.mean()
+        if entropy_coeff:
+            grad_logits.addcmul_(probs, log_probs + entropy.unsqueeze(-1), value=entropy_coeff / n)
+    else:  # a zero coefficient: the term and its gradient are 0
+        loss_entropy = logits.new_zeros(())
+    error = value - value_target  # [N]
+    scale = 2.0 * critic_coeff / n
+    step = clipped_step = None
+    if clip_value is None:
+        squared = error.pow(2)
+        grad_value = error * scale
+    else:
+        step = value - old_value
+        clipped_step = step.clamp(-clip_value, clip_value)
+        clipped_error = old_value + clipped_step - value_target
+        plain, clipped = error.pow(2), clipped_error.pow(2)
+        squared = torch.maximum(plain, clipped)
+        weight, clipped_weight = _tie_weights(plain, clipped, plain > clipped)
+        passes = (step >= -clip_value) & (step <= clip_value)
+        grad_value = (error * weight + clipped_error * clipped_weight * passes) * scale
+    out = {
+        "loss_objective": -gain.mean(),
+        "loss_critic": critic_coeff * squared.mean(),
+        "loss_entropy": loss_entropy,
+    }
+    if diagnostics:
+        out.update(
+            _diagnostics(log_weight, low, high, entropy, value, value_target, step, clipped_step)
+        )
+    return out, grad_logits, grad_value
+
+
+__all__ = ["categorical_ppo_backward", "categorical_ppo_losses", "standardize_advantage"]

@@ -10,8 +10,9 @@ from ac_extensions.modules.actor_critic import (
     make_qvalue,
     recurrent_env_transforms,
 )
+from ac_extensions.modules.backprop import MLPBackprop
 from ac_extensions.modules.dueling import StochasticDuelingNetwork, make_continuous_actor_critic
-from ac_extensions.modules.flat import FlatParameters
+from ac_extensions.modules.flat import FlatAdam, FlatParameters
 from ac_extensions.modules.reactor import (
     PreviousActionReward,
     make_reactor_actor,
@@ -21,7 +22,9 @@ from ac_extensions.modules.reactor import (
 
 __all__ = [
     "CategoricalSampler",
+    "FlatAdam",
     "FlatParameters",
+    "MLPBackprop",
     "NatureCNN",
     "PreviousActionReward",
     "StochasticDuelingNetwork",

@@ -9,10 +9,14 @@ every gradient into a second one, so the three become one op each on a ``[P]`` t
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 
 import torch
 from torch import Tensor, nn
+from torch.optim.adam import adam as _adam  # torch's functional Adam
+
+_FUSED = getattr(torch, "_fused_adam_", None)  # the kernel behind Adam(fused=True)
 
 
 class FlatParameters:
@@ -128,8 +132,125 @@ class FlatParameters:
         """
         self.parameter.grad = self.grad
         norm = torch.linalg.vector_norm(self.grad)
-        self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
+        # The coefficient in Python (one sync instead of three small ops; the recipes log the
+        # norm every step anyway), rounded as torch rounds it in the buffer's float32, so the
+        # result is bit-identical; a NaN/inf norm leaves the gradient as it is.
+        norm_value = float(norm)
+        if self.grad.dtype == torch.float32:
+            # torch: max_norm / (norm + 1e-6) = reciprocal(norm + 1e-6) · max_norm, in float32
+            coefficient = _f32(_f32(1.0 / _f32(norm_value + _f32(1e-6))) * _f32(max_norm))
+        else:
+            coefficient = max_norm / (norm_value + 1e-6)
+        if coefficient < 1.0:
+            self.grad.mul_(coefficient)
         return norm
 
 
-__all__ = ["FlatParameters"]
+def _f32(value: float) -> float:
+    """``value`` rounded to float32.
+
+    float64 arithmetic followed by this rounding gives the correctly rounded float32 result of
+    +, −, ×, ÷ (53 ≥ 2·24 + 2 bits).
+    """
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+class FlatAdam(torch.optim.Adam):
+    """``torch.optim.Adam`` over :class:`FlatParameters`' single parameter, stepped leanly.
+
+    The same algorithm, state and ``state_dict`` as ``torch.optim.Adam([flat.parameter],
+    **kwargs)`` (Kingma & Ba, 2015, arXiv:1412.6980, Algorithm 1; the checkpoints of either
+    load into the other). After the first step, :meth:`step` skips ``Optimizer.step``'s
+    per-call bookkeeping (parameter-group walk, state initialisation checks, the functional
+    API's device grouping): with ``fused=True`` it calls the fused kernel
+    ``torch.optim.Adam(fused=True)`` runs on the one tensor, otherwise torch's functional
+    ``torch.optim.adam.adam``. That is ~50 µs less per step on this project's machine, which
+    matters when a whole PPO gradient step costs ~2 ms. Steps with a ``closure``, step hooks
+    or ``amsgrad`` take torch's path; the results are bit for bit torch's
+    (``tests/modules/test_flat.py``).
+
+    Args:
+        flat: the buffers to optimise.
+        **kwargs: ``torch.optim.Adam``'s options (``lr``, ``betas``, ``eps``, ``fused``, ...).
+
+    Example:
+        >>> import torch
+        >>> net = torch.nn.Linear(3, 1)
+        >>> flat = FlatParameters(net.parameters())
+        >>> optimizer = FlatAdam(flat, lr=0.1)
+        >>> flat.zero_grad()
+        >>> net(torch.ones(2, 3)).sum().backward()
+        >>> optimizer.step()
+        >>> round(float(optimizer.state[flat.parameter]["step"]), 1)
+        1.0
+    """
+
+    def __init__(self, flat: FlatParameters, **kwargs) -> None:
+        super().__init__([flat.parameter], **kwargs)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One Adam step on the flat parameter.
+
+        torch's own path where the lean one does not apply: the first step, a closure,
+        registered step hooks, ``amsgrad``, no gradient.
+        """
+        group = self.param_groups[0]
+        param = group["params"][0]
+        state = self.state.get(param)
+        if (
+            closure is not None
+            or not state
+            or param.grad is None
+            or group["amsgrad"]
+            or group["differentiable"]
+            or self._optimizer_step_pre_hooks
+            or self._optimizer_step_post_hooks
+        ):
+            return super().step(closure)
+        beta1, beta2 = group["betas"]
+        if group["fused"] and not group["decoupled_weight_decay"] and _FUSED is not None:
+            # What torch's functional fused Adam does for one tensor, without its per-call
+            # device grouping: count the step, then the fused kernel.
+            state["step"].add_(1)
+            _FUSED(
+                [param],
+                [param.grad],
+                [state["exp_avg"]],
+                [state["exp_avg_sq"]],
+                [],
+                [state["step"]],
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=float(beta1),
+                beta2=float(beta2),
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=group["maximize"],
+            )
+            return None
+        _adam(
+            [param],
+            [param.grad],
+            [state["exp_avg"]],
+            [state["exp_avg_sq"]],
+            [],
+            [state["step"]],
+            amsgrad=False,
+            has_complex=torch.is_complex(param),
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=group["maximize"],
+            foreach=group["foreach"],
+            capturable=group["capturable"],
+            differentiable=False,
+            fused=group["fused"],
+            decoupled_weight_decay=group["decoupled_weight_decay"],
+        )
+        return None
+
+
+__all__ = ["FlatAdam", "FlatParameters"]

@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
-from ac_extensions.functional import categorical_ppo_losses, standardize_advantage
+from ac_extensions.functional import (
+    categorical_ppo_backward,
+    categorical_ppo_losses,
+    standardize_advantage,
+)
 from ac_extensions.modules import make_actor_critic
 from ac_extensions.objectives import SequencePPOLoss
 from tests._helpers import on_policy_batch
@@ -133,4 +137,106 @@ def test_value_clipping_needs_old_values():
             torch.zeros(2),
             clip_epsilon=0.2,
             clip_value=0.1,
+        )
+
+
+def _autograd_reference(logits, value, *args, **kw):
+    """categorical_ppo_losses and autograd's gradient of their sum w.r.t. logits and value."""
+    logits = logits.detach().requires_grad_()
+    value = value.detach().requires_grad_()
+    out = categorical_ppo_losses(logits, value, *args, **kw)
+    total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+    grad_logits, grad_value = torch.autograd.grad(total, (logits, value))
+    return out, grad_logits, grad_value
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(normalize_advantage=False, entropy_coeff=0.0),
+        dict(clip_value=0.3),
+        dict(clip_epsilon=0.0),
+        dict(clip_epsilon=1.5, entropy_coeff=0.3, critic_coeff=2.0),
+    ],
+    ids=["default", "raw-no-entropy", "value-clip", "eps-0", "eps-1.5"],
+)
+def test_backward_equals_autograd(settings):
+    # Differential: the hand-derived gradient against autograd through categorical_ppo_losses,
+    # on ratios spread on both sides of the clip range and values on both sides of the value
+    # clip; losses and every diagnostic must match too.
+    torch.manual_seed(1)
+    n, a = 200, 5
+    kw = dict(clip_epsilon=0.2, entropy_coeff=0.05, critic_coeff=0.5, diagnostics=True)
+    kw |= settings
+    logits = torch.randn(n, a)
+    value = torch.randn(n)
+    action = torch.randint(0, a, (n,))
+    behavior = logits.log_softmax(-1).gather(-1, action[:, None]).squeeze(-1)
+    behavior = behavior + 0.4 * torch.randn(n)
+    args = (action, behavior, torch.randn(n), torch.randn(n))
+    kw["old_value"] = value + 0.5 * torch.randn(n)
+    expected, exp_logits, exp_value = _autograd_reference(logits, value, *args, **kw)
+    out, grad_logits, grad_value = categorical_ppo_backward(logits, value, *args, **kw)
+    assert set(out) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(out[name], expected[name].detach(), msg=name)
+    torch.testing.assert_close(grad_logits, exp_logits)
+    torch.testing.assert_close(grad_value, exp_value)
+    assert not grad_logits.requires_grad and not out["loss_objective"].requires_grad
+    # The batch exercised both clips (or the test could not tell their branches apart).
+    if kw["clip_epsilon"] == 0.2:
+        assert 0.1 < out["clip_fraction"] < 0.9
+    if "clip_value" in settings:
+        assert 0.1 < out["value_clip_fraction"] < 0.9
+
+
+@pytest.mark.parametrize("bound", ["high", "low"])
+def test_backward_ties_and_boundaries_split_as_torch_does(bound):
+    # Hand-built edge cases (gradients equal to autograd's up to float rounding):
+    # step 0: log r exactly on a clip bound (ε chosen so that the float32 bound equals the
+    #   step's log r); the clamp passes the gradient on the closed range, so the step keeps
+    #   its whole gradient (a strict inequality would halve it);
+    # step 1: log r = 1, far outside, with Â = 0: min's two terms tie;
+    # steps 2, 3: value steps exactly at ±c_v with tied squared errors; step 4: a value step
+    #   beyond c_v whose plain error wins; step 5: a tie inside the value range.
+    c = 0.5
+    logits = torch.zeros(6, 2)
+    log_pi = logits.log_softmax(-1)[0, 0]
+    offset = 0.2 if bound == "high" else -0.25
+    behavior = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0, 0.0]).neg() + log_pi
+    behavior[0] = log_pi - offset
+    on_bound = float(log_pi - behavior[0])  # float32 log r of step 0
+    eps = math.expm1(on_bound) if bound == "high" else -math.expm1(on_bound)
+    assert float(torch.tensor(math.log1p(eps if bound == "high" else -eps))) == on_bound
+    advantage = torch.tensor([1.5, 0.0, 1.0, -2.0, 3.0, -3.0])
+    old_value = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    value = torch.tensor([0.0, 0.0, 0.5, -0.5, 2.0, 1.25])
+    target = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.125])
+    kw = dict(
+        clip_epsilon=eps,
+        clip_value=c,
+        old_value=old_value,
+        normalize_advantage=False,
+        entropy_coeff=0.1,
+    )
+    args = (torch.tensor([0, 1, 0, 1, 0, 1]), behavior, advantage, target)
+    expected, exp_logits, exp_value = _autograd_reference(logits, value, *args, **kw)
+    out, grad_logits, grad_value = categorical_ppo_backward(logits, value, *args, **kw)
+    torch.testing.assert_close(grad_logits, exp_logits)
+    torch.testing.assert_close(grad_value, exp_value)
+    torch.testing.assert_close(out["loss_objective"], expected["loss_objective"].detach())
+    assert grad_logits[0].abs().sum() > 0.1  # the on-bound step kept its gradient
+
+
+def test_backward_checks_its_input_like_the_losses():
+    with pytest.raises(ValueError, match=r"advantage must have shape \[N\] = \[3\]"):
+        categorical_ppo_backward(
+            torch.zeros(3, 2),
+            torch.zeros(3),
+            torch.zeros(3, dtype=torch.long),
+            torch.zeros(3),
+            torch.zeros(3, 1),
+            torch.zeros(3),
+            clip_epsilon=0.2,
         )

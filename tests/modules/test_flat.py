@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ac_extensions.modules import FlatParameters
+from ac_extensions.modules import FlatAdam, FlatParameters
 
 
 def _net() -> nn.Module:
@@ -58,6 +58,39 @@ def test_training_steps_equal_the_per_parameter_ones():
         torch.testing.assert_close(p, q)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(fused=True),
+        dict(fused=True, weight_decay=0.1, betas=(0.8, 0.9)),
+        dict(weight_decay=0.1, betas=(0.8, 0.9)),
+    ],
+)
+def test_flat_adam_equals_torch_adam(kwargs):
+    # Differential: FlatAdam's lean step against torch.optim.Adam on the same flat parameter,
+    # over 20 steps with a changing learning rate; state_dicts load into each other.
+    torch.manual_seed(3)
+    a, b = _net(), _net()
+    b.load_state_dict(a.state_dict())
+    flat_a, flat_b = FlatParameters(a.parameters()), FlatParameters(b.parameters())
+    opt_a = torch.optim.Adam([flat_a.parameter], lr=1e-2, eps=1e-5, **kwargs)
+    opt_b = FlatAdam(flat_b, lr=1e-2, eps=1e-5, **kwargs)
+    for step in range(20):
+        x = torch.randn(16, 4)
+        for net, flat, opt in ((a, flat_a, opt_a), (b, flat_b, opt_b)):
+            for group in opt.param_groups:
+                group["lr"] = 1e-2 * (1 - step / 20)
+            flat.zero_grad()
+            net(x).pow(2).mean().backward()
+            opt.step()
+        torch.testing.assert_close(flat_a.parameter, flat_b.parameter, rtol=0, atol=0)
+    state = opt_b.state_dict()
+    assert float(state["state"][0]["step"]) == 20
+    fresh = torch.optim.Adam([flat_a.parameter], lr=1e-2, eps=1e-5, **kwargs)
+    fresh.load_state_dict(state)
+    torch.testing.assert_close(fresh.state_dict()["state"][0], opt_a.state_dict()["state"][0])
+
+
 def test_clip_matches_torch_and_scales_to_max_norm():
     net = _net()
     flat = FlatParameters(net.parameters())
@@ -70,6 +103,17 @@ def test_clip_matches_torch_and_scales_to_max_norm():
     flat.grad.fill_(1e-3)
     flat.clip_grad_norm_(1.0)
     assert (flat.grad == 1e-3).all()
+    # Bit for bit torch's rule (the coefficient is computed in Python, rounded as float32).
+    generator = torch.Generator().manual_seed(0)
+    for max_norm in (0.5, 0.3, 1.7):
+        for scale in (1e-3, 0.1, 1.0, 30.0):
+            grad = torch.randn(flat.grad.shape, generator=generator) * scale
+            reference = grad.clone().requires_grad_()
+            reference.grad = grad.clone()
+            expected = torch.nn.utils.clip_grad_norm_([reference], max_norm)
+            flat.grad.copy_(grad)
+            assert flat.clip_grad_norm_(max_norm) == expected
+            assert torch.equal(flat.grad, reference.grad), (max_norm, scale)
 
 
 def test_a_loss_module_state_dict_round_trips():
