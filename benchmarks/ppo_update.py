@@ -2,14 +2,18 @@
 
 One PPO batch as the default recipe trains it: 512 steps of CartPole (2 workers × 8 envs × 32
 steps), 20 epochs of 2 minibatches of 256, 2×64 tanh MLPs, fused Adam, gradient clipping; the
-last minibatch of each epoch also computes the diagnostics. Three variants, same batch, same
-minibatch draws, interleaved repeats:
+last minibatch of the last epoch also computes the diagnostics (as the recipe does). Four
+variants, same batch, same minibatch draws, interleaved repeats:
 
 * ``module``: ``SequencePPOLoss`` on TensorDict minibatches (``tensor_update=False``);
 * ``tensor, per-tensor step``: :class:`ac_extensions.recipes.on_policy.TensorPath` on plain
-  tensors, with the optimiser, clipping and gradient reset walking the 12 parameter tensors;
-* ``tensor``: the same on :class:`~ac_extensions.modules.FlatParameters`' single buffers
-  (the recipe's default).
+  tensors with autograd, the optimiser, clipping and gradient reset walking the 12 parameter
+  tensors (torch's ``Adam`` and ``clip_grad_norm_``);
+* ``tensor, autograd``: the same on :class:`~ac_extensions.modules.FlatParameters`' single
+  buffers, stepped by :class:`~ac_extensions.modules.FlatAdam` (``hand_gradients=False``);
+* ``tensor, hand gradients``: the same without autograd: the gradients come from
+  :func:`~ac_extensions.functional.categorical_ppo_backward` and
+  :class:`~ac_extensions.modules.MLPBackprop` (the recipe's default).
 
 Before timing, the script checks that one step of each gives the same losses and gradients.
 Reports milliseconds per gradient step (median over repeats) and the speed-ups; writes
@@ -26,6 +30,7 @@ import json
 import platform
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -63,10 +68,15 @@ def one_batch(config, batch, loss_module, optimizer, flat, tensor_path, generato
     """
     steps = 0
     params = list(loss_module.parameters())
-    for _ in range(config.epochs):
-        for out in epoch_losses(batch, config, generator, loss_module, tensor_path):
+    hand = tensor_path is not None and tensor_path.writes_gradients
+    source = tensor_path.gather(batch) if tensor_path is not None else batch
+    for epoch in range(config.epochs):
+        last = epoch == config.epochs - 1  # the recipe's diagnostics: last epoch's last step
+        for out in epoch_losses(source, config, generator, loss_module, tensor_path, last):
             total = sum(v for k, v in out.items() if k.startswith("loss_"))
-            if flat is not None:
+            if hand:  # the gradients are written already
+                grad_norm = flat.clip_grad_norm_(config.max_grad_norm)
+            elif flat is not None:
                 flat.zero_grad()
                 total.backward()
                 grad_norm = flat.clip_grad_norm_(config.max_grad_norm)
@@ -82,18 +92,23 @@ def one_batch(config, batch, loss_module, optimizer, flat, tensor_path, generato
 
 def check_same_gradients(config, batch) -> None:
     torch.manual_seed(0)
-    actor, critic, loss_module, *_ = build(config)
-    path = TensorPath(actor, critic, loss_module, config)
+    actor, critic, loss_module, *_ = build(config)  # (FlatParameters: .grad buffers exist)
+    path = TensorPath(actor, critic, loss_module, replace(config, hand_gradients=False))
+    hand = TensorPath(actor, critic, loss_module, config)
+    assert hand.writes_gradients
     order_a, order_b = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     module_mb = next(iter(minibatches(batch, config, order_a)))
-    tensor_mb = next(iter(path.minibatches(batch, order_b)))
+    tensor_mb = next(iter(path.minibatches(path.gather(batch), order_b)))
     params = list(loss_module.parameters())
     grads = []
     for out in (loss_module(module_mb), path(tensor_mb, diagnostics=False)):
         total = sum(v for k, v in out.items() if k.startswith("loss_"))
         grads.append(torch.autograd.grad(total, params))
-    for a, b in zip(*grads, strict=True):
+    hand(tensor_mb, diagnostics=False)
+    grads.append([p.grad.clone() for p in params])
+    for a, b, c in zip(*grads, strict=True):
         torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, c)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     check_same_gradients(config, batch)
     loss_module.validate(batch)
     loss_module.check_inputs = False
-    tensor_path = TensorPath(actor, critic, loss_module, config)
+    tensor_path = TensorPath(actor, critic, loss_module, replace(config, hand_gradients=False))
+    hand_path = TensorPath(actor, critic, loss_module, config)
     # The per-tensor variant steps the same parameters (views into the flat buffer) with its
     # own Adam, as the recipe did before FlatParameters; attach_grads() restores the gradient
     # views that its zero_grad(set_to_none=True) replaced.
@@ -117,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     paths = {
         "module": (None, optimizer, flat),
         "tensor, per-tensor step": (tensor_path, per_tensor, None),
-        "tensor": (tensor_path, optimizer, flat),
+        "tensor, autograd": (tensor_path, optimizer, flat),
+        "tensor, hand gradients": (hand_path, optimizer, flat),
     }
     state = copy.deepcopy(loss_module.state_dict())
     samples: dict[str, list[float]] = {name: [] for name in paths}
@@ -133,8 +150,9 @@ def main(argv: list[str] | None = None) -> None:
             if repeat:
                 samples[name].append(elapsed / steps * 1e3)
     median = {name: statistics.median(v) for name, v in samples.items()}
-    speedup = median["module"] / median["tensor"]
-    flat_gain = median["tensor, per-tensor step"] / median["tensor"]
+    speedup = median["module"] / median["tensor, hand gradients"]
+    flat_gain = median["tensor, per-tensor step"] / median["tensor, autograd"]
+    hand_gain = median["tensor, autograd"] / median["tensor, hand gradients"]
     rows = [
         "| path | ms per gradient step (median) | all repeats | speed-up |",
         "|---|---|---|---|",
@@ -150,21 +168,28 @@ def main(argv: list[str] | None = None) -> None:
         f"({args.threads} torch thread(s), {platform.processor() or platform.machine()}, "
         f"torch {torch.__version__}). One default PPO batch (512 steps, {config.epochs} epochs × "
         f"2 minibatches of {config.minibatch_size}, 2×64 MLPs, fused Adam, gradient clipping, "
-        "diagnostics on the last minibatch of each epoch); both paths checked to give the same "
+        "diagnostics on the last minibatch of the last epoch); all paths checked to give the same "
         "gradients first; repeats interleaved.\n\n"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ppo_update.md").write_text(header + table + "\n")
     (RESULTS / "ppo_update.json").write_text(
         json.dumps(
-            {"ms_per_step": samples, "median": median, "speedup": speedup, "flat": flat_gain},
+            {
+                "ms_per_step": samples,
+                "median": median,
+                "speedup": speedup,
+                "flat": flat_gain,
+                "hand_gradients": hand_gain,
+            },
             indent=2,
         )
     )
     print(table)
     print(
-        f"\ntensor path: {speedup:.2f}x faster per gradient step than the module; flat buffers: "
-        f"{flat_gain:.2f}x; wrote {RESULTS}/ppo_update.md"
+        f"\nhand-gradient tensor path: {speedup:.2f}x faster per gradient step than the module; "
+        f"flat buffers: {flat_gain:.2f}x; hand gradients over autograd: {hand_gain:.2f}x; "
+        f"wrote {RESULTS}/ppo_update.md"
     )
 
 

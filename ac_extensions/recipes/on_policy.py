@@ -14,10 +14,12 @@ One iteration:
    time dim, V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap correctly.
 4. ``epochs`` passes over minibatches (of steps for feed-forward policies, of whole sequences
    for recurrent ones, which the loss replays from their stored hidden state; feed-forward PPO
-   computes the same losses on plain tensors, :class:`TensorPath`), gradient clipping, linear
+   computes the same losses on plain tensors, and their gradients by hand, :class:`TensorPath`),
+   gradient clipping, linear
    learning-rate (and PPO clip) annealing, optional early stop of an epoch on a KL target.
-5. Metrics: ``train/*`` (returns, losses averaged over the steps, diagnostics over the last
-   minibatch of each epoch), ``eval/*`` (greedy evaluation
+5. Metrics: ``train/*`` (returns, losses averaged over the steps, diagnostics of the last
+   minibatch of the last epoch, or averaged over each epoch's last minibatch with a
+   ``target_kl``), ``eval/*`` (greedy evaluation
    episodes, when enabled), ``time/*`` (frames, frames per second, seconds per phase).
 """
 
@@ -32,12 +34,15 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDictBase
+from torch import Tensor
 from torchrl.envs import ExplorationType, set_exploration_type
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
-from ac_extensions.functional import categorical_ppo_losses
+from ac_extensions.functional import categorical_ppo_backward, categorical_ppo_losses
 from ac_extensions.modules import (
+    FlatAdam,
     FlatParameters,
+    MLPBackprop,
     collection_policy,
     make_actor_critic,
     recurrent_env_transforms,
@@ -121,6 +126,12 @@ class OnPolicyConfig(RunConfig):
     :func:`~ac_extensions.functional.categorical_ppo_losses`) instead of through the loss
     module: the same losses, gradients and minibatches at about half the cost per gradient step
     (``benchmarks/results/ppo_update.md``). Recurrent policies and A2C always use the module."""
+    hand_gradients: bool = True
+    """With ``tensor_update``, also compute the gradients by hand instead of with autograd
+    (:func:`~ac_extensions.functional.categorical_ppo_backward` through
+    :class:`~ac_extensions.modules.MLPBackprop`; the same gradients up to float rounding,
+    ``tests/recipes/test_on_policy.py``) when both networks are MLPs it supports, as the
+    default ones are; otherwise autograd."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,7 +225,7 @@ def build(config: OnPolicyConfig):
     # are one op each instead of a few per tensor (~0.7 ms less per step for the 2×64 MLPs).
     flat = FlatParameters(loss.parameters())
     if config.algorithm == "ppo":
-        optimizer = torch.optim.Adam([flat.parameter], lr=config.lr, eps=1e-5, fused=True)
+        optimizer = FlatAdam(flat, lr=config.lr, eps=1e-5, fused=True)
     else:
         # A2C's RMSprop settings (Mnih et al., 2016; SB3's A2C defaults).
         optimizer = torch.optim.RMSprop([flat.parameter], lr=config.lr, alpha=0.99, eps=1e-5)
@@ -297,6 +308,12 @@ class TensorPath:
     same generator draws as :func:`minibatches`, so a run takes the same steps either way (up
     to float rounding: ``tests/recipes/test_on_policy.py``).
 
+    With ``config.hand_gradients`` and MLP networks (:class:`~ac_extensions.modules.MLPBackprop`)
+    the path also writes the gradients itself (:attr:`writes_gradients`): the networks run
+    forward without autograd, :func:`~ac_extensions.functional.categorical_ppo_backward` gives
+    ∂L/∂logits and ∂L/∂V, and :class:`~ac_extensions.modules.MLPBackprop` propagates them into
+    every parameter's ``.grad`` (overwriting it), so the caller takes no ``backward()``.
+
     Args:
         actor: the feed-forward actor of :func:`~ac_extensions.modules.make_actor_critic`.
         critic: its critic.
@@ -310,17 +327,39 @@ class TensorPath:
         self.observation_key = body.in_keys[0]
         self.actor_net, self.critic_net = body.module, critic.module
         self.loss_module, self.config = loss_module, config
+        self.backprop: tuple[MLPBackprop, MLPBackprop] | None = None
+        if config.hand_gradients and all(
+            MLPBackprop.supports(net) for net in (self.actor_net, self.critic_net)
+        ):
+            backprop = (MLPBackprop(self.actor_net), MLPBackprop(self.critic_net))
+            actor_params = {id(p) for p in backprop[0].parameters()}
+            critic_params = {id(p) for p in backprop[1].parameters()}
+            # Every trained parameter gets its gradient written, and none twice (overwrite).
+            if not actor_params & critic_params and actor_params | critic_params == {
+                id(p) for p in loss_module.parameters()
+            }:
+                self.backprop = backprop
+
+    @property
+    def writes_gradients(self) -> bool:
+        """Whether a call also writes the parameters' ``.grad`` (no ``backward()`` needed)."""
+        return self.backprop is not None
 
     @staticmethod
     def applies(config: OnPolicyConfig) -> bool:
         """Whether ``config`` trains a feed-forward PPO with ``tensor_update`` on."""
         return config.tensor_update and config.algorithm == "ppo" and config.recurrent is None
 
-    def minibatches(self, batch: TensorDictBase, generator) -> Iterator[tuple]:
-        """Shuffled minibatches of single steps as tuples of ``[M, ...]`` tensors."""
+    def gather(self, batch: TensorDictBase) -> tuple[Tensor, ...]:
+        """The tensors the loss reads, flattened to ``[N, ...]`` steps: once per batch.
+
+        Returns:
+            ``(observation [N, obs], action [N], log µ [N], advantage [N], value_target [N],
+            state_value [N])``.
+        """
         flat = batch.reshape(-1)
         keys = self.loss_module.tensor_keys
-        tensors = (
+        return (
             flat[self.observation_key],
             flat[keys.action],
             flat[keys.sample_log_prob],
@@ -328,23 +367,33 @@ class TensorPath:
             flat[keys.value_target].squeeze(-1),
             flat["state_value"].squeeze(-1),
         )
-        order = torch.randperm(flat.shape[0], generator=generator)
-        for start in range(0, flat.shape[0], self.config.minibatch_size):
+
+    def minibatches(self, steps: tuple[Tensor, ...], generator) -> Iterator[tuple]:
+        """Shuffled minibatches of the :meth:`gather` ed steps, as tuples of ``[M, ...]``.
+
+        A minibatch that holds every step is the batch itself, unshuffled: its losses are
+        means over the steps, which the order does not change (the permutation is drawn all
+        the same, so the generator's stream matches :func:`minibatches`').
+        """
+        n = steps[0].shape[0]
+        order = torch.randperm(n, generator=generator)
+        if self.config.minibatch_size >= n:
+            yield steps
+            return
+        for start in range(0, n, self.config.minibatch_size):
             index = order[start : start + self.config.minibatch_size]
-            yield tuple(t[index] for t in tensors)
+            yield tuple(t[index] for t in steps)
 
     def __call__(self, minibatch: tuple, diagnostics: bool) -> dict:
-        """The loss terms (and, with ``diagnostics``, the scalar diagnostics) of a minibatch."""
+        """The loss terms (and, with ``diagnostics``, the scalar diagnostics) of a minibatch.
+
+        With :attr:`writes_gradients` they come detached, and the gradient of their sum is
+        already in the parameters' ``.grad``.
+        """
         observation, action, log_prob, advantage, value_target, old_value = minibatch
         loss = self.loss_module
         clip_value = loss.clip_value
-        return categorical_ppo_losses(
-            self.actor_net(observation),
-            self.critic_net(observation).squeeze(-1),
-            action,
-            log_prob,
-            advantage,
-            value_target,
+        settings = dict(
             clip_epsilon=float(loss.clip_epsilon),
             entropy_coeff=float(loss.entropy_coeff),
             critic_coeff=float(loss.critic_coeff),
@@ -353,29 +402,47 @@ class TensorPath:
             old_value=old_value,
             diagnostics=diagnostics,
         )
+        if self.backprop is None:
+            logits = self.actor_net(observation)
+            value = self.critic_net(observation).squeeze(-1)
+            return categorical_ppo_losses(
+                logits, value, action, log_prob, advantage, value_target, **settings
+            )
+        actor, critic = self.backprop
+        logits, actor_saved = actor.forward(observation)
+        value, critic_saved = critic.forward(observation)
+        out, grad_logits, grad_value = categorical_ppo_backward(
+            logits, value.squeeze(-1), action, log_prob, advantage, value_target, **settings
+        )
+        actor.backward(actor_saved, grad_logits)
+        critic.backward(critic_saved, grad_value.unsqueeze(-1))
+        return out
 
 
 def epoch_losses(
-    batch: TensorDictBase,
+    batch: TensorDictBase | tuple[Tensor, ...],
     config: OnPolicyConfig,
     generator,
     loss_module,
     tensor_path: TensorPath | None = None,
+    diagnostics: bool = True,
 ) -> Iterator:
     """The loss outputs of one epoch's minibatches, in order, computed one at a time.
 
     Each output is computed when the next one is asked for, so a caller that takes an optimiser
     step in between trains every minibatch on the updated networks. Minibatches come from
-    :func:`minibatches` through ``loss_module``, or from ``tensor_path``; diagnostics
-    (entropy, clip fraction, KL, ...) are computed on the last minibatch only: the KL early
-    stop reads them, and they cost ~0.2 ms per step.
+    :func:`minibatches` of the TensorDict ``batch`` through ``loss_module``, or, with a
+    ``tensor_path``, from ``batch`` = ``tensor_path.gather(...)``'s tensors. With
+    ``diagnostics``, the last minibatch also computes the diagnostics (entropy, clip
+    fraction, KL, ...; ~0.3 ms per step): the KL early stop and the logs read them.
     """
     if tensor_path is None:
         cuts = list(minibatches(batch, config, generator))
     else:
         cuts = list(tensor_path.minibatches(batch, generator))
+    last = len(cuts) - 1 if diagnostics else -1
     for index, minibatch in enumerate(cuts):
-        diagnostics = index == len(cuts) - 1
+        diagnostics = index == last
         if tensor_path is None:
             loss_module.diagnostics = diagnostics
             yield loss_module(minibatch)
@@ -488,18 +555,28 @@ def train(  # noqa: C901 (one loop, read top to bottom; see the module docstring
             flat.check()  # every parameter and gradient still lives in the flat buffers
             logs: dict[str, list[float]] = {}
             stopped_early = 0.0
-            for _ in range(epochs):
-                for out in epoch_losses(batch, config, generator, loss_module, tensor_path):
-                    total = sum(v for k, v in out.items() if k.startswith("loss_"))
-                    flat.zero_grad()
-                    total.backward()
-                    grad_norm = flat.clip_grad_norm_(config.max_grad_norm)
-                    if not guard.update_ok(total, grad_norm):
+            hand = tensor_path is not None and tensor_path.writes_gradients
+            source = tensor_path.gather(batch) if tensor_path is not None and learn else batch
+            for epoch in range(epochs):
+                # Diagnostics on the last minibatch of the last epoch (of every epoch when the
+                # KL early stop needs them).
+                diagnose = config.target_kl is not None or epoch == epochs - 1
+                for out in epoch_losses(
+                    source, config, generator, loss_module, tensor_path, diagnose
+                ):
+                    if not hand:  # (the hand path has written the gradients already)
+                        total = sum(v for k, v in out.items() if k.startswith("loss_"))
+                        flat.zero_grad()
+                        total.backward()
+                    grad_norm = float(flat.clip_grad_norm_(config.max_grad_norm))
+                    values = {key: float(value.detach()) for key, value in out.items()}
+                    total_value = sum(v for k, v in values.items() if k.startswith("loss_"))
+                    if not guard.update_ok(total_value, grad_norm):
                         continue  # NaN/inf loss or gradient: no step (warned, counted)
                     optimizer.step()
-                    for key, value in out.items():
-                        logs.setdefault(key, []).append(float(value.detach()))
-                    logs.setdefault("grad_norm", []).append(float(grad_norm))
+                    for key, value in values.items():
+                        logs.setdefault(key, []).append(value)
+                    logs.setdefault("grad_norm", []).append(grad_norm)
                 kl = logs.get("kl_approx", [0.0])[-1]
                 if config.target_kl is not None and kl > 1.5 * config.target_kl:
                     stopped_early = 1.0

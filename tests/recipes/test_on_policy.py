@@ -58,23 +58,50 @@ def test_recurrent_ppo_beats_feedforward_on_masked_cartpole():
 
 @pytest.mark.timeout(180)
 def test_tensor_update_takes_the_same_steps_as_the_loss_module():
-    # TensorPath (the default for feed-forward PPO) against the loss module: same minibatches,
-    # same losses and gradients, so the same metrics batch after batch (float rounding aside).
+    # TensorPath with hand-written gradients (the default for feed-forward PPO), and with
+    # autograd, against the loss module: same minibatches, same losses and gradients, so the
+    # same metrics batch after batch (float rounding aside). Value clipping and an entropy
+    # bonus on, so every branch of the hand-written gradient is used.
     config = PPOConfig(
-        frames=1024, workers=1, envs_per_worker=4, rollout_length=64, epochs=3, clip_value=0.5
+        frames=1024,
+        workers=1,
+        envs_per_worker=4,
+        rollout_length=64,
+        epochs=3,
+        clip_value=0.5,
+        entropy_coeff=0.01,
     )
-    fast = run(ppo_recipe.train, config)
+    hand = run(ppo_recipe.train, config)
+    autograd = run(ppo_recipe.train, replace(config, hand_gradients=False))
     slow = run(ppo_recipe.train, replace(config, tensor_update=False))
-    assert len(fast) == len(slow) == 4
+    assert len(hand) == len(autograd) == len(slow) == 4
     keys = [k for k in slow[0] if k.startswith("train/") and k != "train/lr"]
-    assert {"train/loss_objective", "train/clip_fraction", "train/value_clip_fraction"} <= set(
-        keys
-    )
-    for a, b in zip(fast, slow, strict=True):
+    assert {
+        "train/loss_objective",
+        "train/loss_entropy",
+        "train/clip_fraction",
+        "train/value_clip_fraction",
+        "train/grad_norm",
+    } <= set(keys)
+    for a, b, c in zip(hand, autograd, slow, strict=True):
         for key in keys:
-            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-5), key
+            assert a[key] == pytest.approx(c[key], rel=1e-3, abs=1e-5), key
+            assert b[key] == pytest.approx(c[key], rel=1e-3, abs=1e-5), key
     # The updates did something: the policy moved away from the behaviour policy.
-    assert fast[-1]["train/kl_approx"] != 0
+    assert hand[-1]["train/kl_approx"] != 0
+
+
+def test_hand_gradients_apply_to_the_default_networks_only():
+    from ac_extensions.recipes.on_policy import TensorPath, build
+
+    config = PPOConfig()
+    actor, critic, loss_module, *_ = build(config)
+    assert TensorPath(actor, critic, loss_module, config).writes_gradients
+    off = replace(config, hand_gradients=False)
+    assert not TensorPath(actor, critic, loss_module, off).writes_gradients
+    # A layer MLPBackprop does not handle: autograd instead.
+    critic.module.insert(1, torch.nn.Dropout(0.0))
+    assert not TensorPath(actor, critic, loss_module, config).writes_gradients
 
 
 @pytest.mark.timeout(120)
