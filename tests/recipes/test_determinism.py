@@ -4,8 +4,9 @@ Two CPU runs of each recipe with the same config must yield identical metrics (e
 ``train/*``, ``eval/*`` and ``collector/*`` value, bit for bit) for their first updates; only the
 ``time/*`` metrics (wall clock) may differ. The losses must change from update to update, so
 the comparison is not vacuous. The runs go one after the other in this process, each with its own
-collector worker (spawned), so the seeding of torch, the workers' environments and the recipe's
-own generator is all that makes them agree.
+collector worker (forked, the default on Linux: it starts with the learner's seeded torch RNG
+state), so the seeding of torch, the workers' environments and the recipe's own generator is all
+that makes them agree.
 """
 
 from __future__ import annotations
