@@ -12,6 +12,7 @@ Shapes: ``[N]`` steps (any flat batch), ``[N, A]`` for per-action tensors.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor
@@ -137,6 +138,47 @@ def categorical_ppo_losses(
         >>> {k: round(v.item(), 4) for k, v in out.items()}
         {'loss_objective': -0.5, 'loss_critic': 0.5, 'loss_entropy': -0.0693}
     """
+    return _forward(
+        logits,
+        value,
+        action,
+        behavior_log_prob,
+        advantage,
+        value_target,
+        clip_epsilon,
+        entropy_coeff,
+        critic_coeff,
+        normalize_advantage,
+        clip_value,
+        old_value,
+        diagnostics,
+    ).out
+
+
+def _forward(
+    logits,
+    value,
+    action,
+    behavior_log_prob,
+    advantage,
+    value_target,
+    clip_epsilon,
+    entropy_coeff,
+    critic_coeff,
+    normalize_advantage,
+    clip_value,
+    old_value,
+    diagnostics,
+) -> SimpleNamespace:
+    """The forward pass both PPO functions share (arguments as :func:`categorical_ppo_losses`).
+
+    Returns a namespace with ``out`` (the loss dict, plus the detached diagnostics) and the
+    intermediates :func:`categorical_ppo_backward` differentiates by hand: ``log_probs``
+    [N, A], ``probs`` [N, A] (None when the entropy was not needed), ``index`` [N, 1],
+    ``log_weight``, ``surrogate``, ``clipped_surrogate``, ``entropy`` (or None), ``error``,
+    ``squared`` (the plain squared error), ``clipped_error``, ``clipped_squared``, ``step``
+    (the last three None without value clipping), and the clip range ``low``, ``high``.
+    """
     low, high = _check_arguments(
         logits,
         value,
@@ -149,26 +191,33 @@ def categorical_ppo_losses(
         old_value,
     )
     log_probs = logits.log_softmax(-1)  # [N, A]
-    log_prob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-    log_weight = log_prob - behavior_log_prob
+    index = action.long().unsqueeze(-1)  # [N, 1]
+    log_weight = log_probs.gather(-1, index).squeeze(-1) - behavior_log_prob  # [N]
     if normalize_advantage and advantage.numel() > 1:
         advantage = standardize_advantage(advantage)
-    clipped = log_weight.clamp(low, high)
-    gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
+    surrogate = log_weight.exp() * advantage
+    clipped_surrogate = log_weight.clamp(low, high).exp() * advantage
+    gain = torch.minimum(surrogate, clipped_surrogate)
+    probs = entropy = None
     if entropy_coeff or diagnostics:
-        entropy = -(log_probs.exp() * log_probs).sum(-1)  # [N]
+        probs = log_probs.exp()
+        entropy = -(probs * log_probs).sum(-1)  # [N]
         loss_entropy = -entropy_coeff * entropy.mean()
     else:  # a zero coefficient: the term and its gradient are 0, H need not be computed
         loss_entropy = logits.new_zeros(())
-    error = (value - value_target).pow(2)
-    step = clipped_step = None
+    error = value - value_target  # [N]
+    squared = error.pow(2)
+    step = clipped_step = clipped_error = clipped_squared = None
+    critic = squared
     if clip_value is not None:
         step = value - old_value
         clipped_step = step.clamp(-clip_value, clip_value)
-        error = torch.maximum(error, (old_value + clipped_step - value_target).pow(2))
+        clipped_error = old_value + clipped_step - value_target
+        clipped_squared = clipped_error.pow(2)
+        critic = torch.maximum(squared, clipped_squared)
     out = {
         "loss_objective": -gain.mean(),
-        "loss_critic": critic_coeff * error.mean(),
+        "loss_critic": critic_coeff * critic.mean(),
         "loss_entropy": loss_entropy,
     }
     if diagnostics:
@@ -185,7 +234,23 @@ def categorical_ppo_losses(
                     clipped_step,
                 )
             )
-    return out
+    return SimpleNamespace(
+        out=out,
+        log_probs=log_probs,
+        probs=probs,
+        index=index,
+        log_weight=log_weight,
+        surrogate=surrogate,
+        clipped_surrogate=clipped_surrogate,
+        entropy=entropy,
+        error=error,
+        squared=squared,
+        clipped_error=clipped_error,
+        clipped_squared=clipped_squared,
+        step=step,
+        low=low,
+        high=high,
+    )
 
 
 def _check_arguments(
@@ -312,67 +377,44 @@ def categorical_ppo_backward(
         >>> round(out["loss_objective"].item(), 4), grad_logits.tolist(), grad_value.tolist()
         (-0.5, [[-0.5, 0.5], [-0.25, 0.25]], [-1.0, 0.0])
     """
-    low, high = _check_arguments(
-        logits,
-        value,
+    f = _forward(
+        logits.detach(),
+        value.detach(),
         action,
         behavior_log_prob,
         advantage,
         value_target,
         clip_epsilon,
+        entropy_coeff,
+        critic_coeff,
+        normalize_advantage,
         clip_value,
         old_value,
+        diagnostics,
     )
     n = logits.shape[0]
-    logits, value = logits.detach(), value.detach()
-    log_probs = logits.log_softmax(-1)  # [N, A]
-    index = action.long().unsqueeze(-1)  # [N, 1]
-    log_weight = log_probs.gather(-1, index).squeeze(-1) - behavior_log_prob  # [N]
-    if normalize_advantage and n > 1:
-        advantage = standardize_advantage(advantage)
-    in_range = (log_weight >= low) & (log_weight <= high)
-    surrogate = log_weight.exp() * advantage
-    clipped_surrogate = log_weight.clamp(low, high).exp() * advantage
-    gain = torch.minimum(surrogate, clipped_surrogate)
-    share, clipped_share = _tie_weights(surrogate, clipped_surrogate, surrogate < clipped_surrogate)
-    # Inside the range r̄ = r exactly, so both terms carry r Â there.
-    grad_log_weight = surrogate * (share + clipped_share * in_range) * (-1.0 / n)  # [N]
-    probs = log_probs.exp()  # [N, A]
+    # Objective. Inside the clip range r̄ = r exactly, so both of min's terms carry r Â there.
+    share, clipped_share = _tie_weights(
+        f.surrogate, f.clipped_surrogate, f.surrogate < f.clipped_surrogate
+    )
+    in_range = (f.log_weight >= f.low) & (f.log_weight <= f.high)
+    grad_log_weight = f.surrogate * (share + clipped_share * in_range) * (-1.0 / n)  # [N]
+    probs = f.log_probs.exp() if f.probs is None else f.probs  # [N, A]
     grad_logits = probs * grad_log_weight.neg().unsqueeze(-1)
-    grad_logits.scatter_add_(-1, index, grad_log_weight.unsqueeze(-1))
-    entropy = None
-    if entropy_coeff or diagnostics:
-        entropy = -(probs * log_probs).sum(-1)  # [N]
-        loss_entropy = -entropy_coeff * entropy.mean()
-        if entropy_coeff:
-            grad_logits.addcmul_(probs, log_probs + entropy.unsqueeze(-1), value=entropy_coeff / n)
-    else:  # a zero coefficient: the term and its gradient are 0
-        loss_entropy = logits.new_zeros(())
-    error = value - value_target  # [N]
+    grad_logits.scatter_add_(-1, f.index, grad_log_weight.unsqueeze(-1))
+    if entropy_coeff:
+        grad_logits.addcmul_(probs, f.log_probs + f.entropy.unsqueeze(-1), value=entropy_coeff / n)
+    # Critic.
     scale = 2.0 * critic_coeff / n
-    step = clipped_step = None
     if clip_value is None:
-        squared = error.pow(2)
-        grad_value = error * scale
+        grad_value = f.error * scale
     else:
-        step = value - old_value
-        clipped_step = step.clamp(-clip_value, clip_value)
-        clipped_error = old_value + clipped_step - value_target
-        plain, clipped = error.pow(2), clipped_error.pow(2)
-        squared = torch.maximum(plain, clipped)
-        weight, clipped_weight = _tie_weights(plain, clipped, plain > clipped)
-        passes = (step >= -clip_value) & (step <= clip_value)
-        grad_value = (error * weight + clipped_error * clipped_weight * passes) * scale
-    out = {
-        "loss_objective": -gain.mean(),
-        "loss_critic": critic_coeff * squared.mean(),
-        "loss_entropy": loss_entropy,
-    }
-    if diagnostics:
-        out.update(
-            _diagnostics(log_weight, low, high, entropy, value, value_target, step, clipped_step)
+        weight, clipped_weight = _tie_weights(
+            f.squared, f.clipped_squared, f.squared > f.clipped_squared
         )
-    return out, grad_logits, grad_value
+        passes = (f.step >= -clip_value) & (f.step <= clip_value)
+        grad_value = (f.error * weight + f.clipped_error * clipped_weight * passes) * scale
+    return f.out, grad_logits, grad_value
 
 
 __all__ = ["categorical_ppo_backward", "categorical_ppo_losses", "standardize_advantage"]

@@ -209,46 +209,38 @@ class FlatAdam(torch.optim.Adam):
         ):
             return super().step(closure)
         beta1, beta2 = group["betas"]
-        if group["fused"] and not group["decoupled_weight_decay"] and _FUSED is not None:
-            # What torch's functional fused Adam does for one tensor, without its per-call
-            # device grouping: count the step, then the fused kernel.
-            state["step"].add_(1)
-            _FUSED(
-                [param],
-                [param.grad],
-                [state["exp_avg"]],
-                [state["exp_avg_sq"]],
-                [],
-                [state["step"]],
-                amsgrad=False,
-                lr=group["lr"],
-                beta1=float(beta1),
-                beta2=float(beta2),
-                weight_decay=group["weight_decay"],
-                eps=group["eps"],
-                maximize=group["maximize"],
-            )
-            return None
-        _adam(
+        tensors = (
             [param],
             [param.grad],
             [state["exp_avg"]],
             [state["exp_avg_sq"]],
-            [],
+            [],  # max_exp_avg_sqs (no amsgrad)
             [state["step"]],
+        )
+        common = dict(
             amsgrad=False,
-            has_complex=torch.is_complex(param),
-            beta1=beta1,
-            beta2=beta2,
             lr=group["lr"],
             weight_decay=group["weight_decay"],
             eps=group["eps"],
             maximize=group["maximize"],
+        )
+        if group["fused"] and not group["decoupled_weight_decay"] and _FUSED is not None:
+            # What torch's functional fused Adam does for one tensor, without its per-call
+            # device grouping: count the step, then the fused kernel.
+            state["step"].add_(1)
+            _FUSED(*tensors, beta1=float(beta1), beta2=float(beta2), **common)
+            return None
+        _adam(
+            *tensors,
+            beta1=beta1,
+            beta2=beta2,
+            has_complex=torch.is_complex(param),
             foreach=group["foreach"],
             capturable=group["capturable"],
             differentiable=False,
             fused=group["fused"],
             decoupled_weight_decay=group["decoupled_weight_decay"],
+            **common,
         )
         return None
 
