@@ -36,7 +36,7 @@ bench-throughput: venv
 
 bench-ppo: venv
 	$(BIN)/pip install --quiet -e ".[bench]"
-	$(BIN)/python benchmarks/ppo_vs_sb3.py --seeds 1 2 3 4 5
+	$(BIN)/python benchmarks/ppo_vs_sb3.py --seeds 1 2 3 4 5 6 7 8 9 10
 
 bench-acer: venv
 	$(BIN)/python benchmarks/acer_update.py
