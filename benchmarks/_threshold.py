@@ -8,10 +8,12 @@ do not share torch threads, caches or collector processes; the parent collects o
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,6 +43,113 @@ def run_recipe(train: Callable[[], Iterator[dict]]) -> dict:
         "frames": last["time/frames"],
         "seconds": wall,
         "fps": last["time/frames"] / wall,
+    }
+
+
+def run_until_threshold(train: Callable[[], Iterator[dict]]) -> dict:
+    """Like :func:`run_recipe`, but stops the run once the 20-episode mean reaches 475.
+
+    ``frames``, ``seconds`` and ``fps`` then cover the run up to that point (closing the
+    generator stops the collector); a run that never reaches it goes to its budget.
+    ``best_window`` is the best 20-episode mean seen.
+    """
+    start = time.perf_counter()
+    hit, last, best = None, {}, -math.inf
+    run = train()
+    for metrics in run:
+        last = metrics
+        if metrics["train/return_window_size"] >= 20:
+            best = max(best, metrics["train/return_window"])
+            if metrics["train/return_window"] >= THRESHOLD:
+                hit = (metrics["time/frames"], time.perf_counter() - start)
+                break
+    run.close()
+    wall = time.perf_counter() - start
+    return {
+        "frames_to_475": hit[0] if hit else None,
+        "seconds_to_475": hit[1] if hit else None,
+        "frames": last["time/frames"],
+        "seconds": wall,
+        "fps": last["time/frames"] / wall,
+        "best_window": best,
+    }
+
+
+def run_sb3_ppo(
+    seed: int,
+    frames: int,
+    *,
+    n_envs: int = 8,
+    n_steps: int = 32,
+    lr: float = 1e-3,
+    threads: int = 2,
+    stop_at_threshold: bool = False,
+) -> dict:
+    """Stable-Baselines3 PPO on CartPole-v1 with rl-baselines3-zoo's settings, timed to 475.
+
+    The zoo's CartPole settings (batch 256, 20 epochs, γ 0.98, λ 0.8, lr and clip 0.2 annealed
+    linearly, no entropy bonus) with ``n_envs``, ``n_steps`` and the initial ``lr`` as given.
+    Returns the same keys as :func:`run_recipe`; with ``stop_at_threshold`` training stops
+    when the mean of the last 20 finished episodes first reaches 475, as in
+    :func:`run_until_threshold`. Needs ``pip install stable-baselines3``.
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+
+    class Threshold(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.window = deque(maxlen=20)
+            self.hit = None
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.window.append(info["episode"]["r"])
+                    if (
+                        self.hit is None
+                        and len(self.window) == 20
+                        and sum(self.window) / 20 >= THRESHOLD
+                    ):
+                        self.hit = (self.num_timesteps, time.perf_counter() - start)
+                        if stop_at_threshold:
+                            return False  # stops model.learn
+            return True
+
+    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
+
+    def linear(value):
+        return lambda remaining: remaining * value
+
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(lr),
+        clip_range=linear(0.2),
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    callback = Threshold()
+    model.learn(total_timesteps=frames, callback=callback)
+    wall = time.perf_counter() - start
+    return {
+        "frames_to_475": callback.hit[0] if callback.hit else None,
+        "seconds_to_475": callback.hit[1] if callback.hit else None,
+        "frames": model.num_timesteps,
+        "seconds": wall,
+        "fps": model.num_timesteps / wall,
     }
 
 

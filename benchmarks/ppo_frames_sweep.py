@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import THRESHOLD
+from _threshold import run_child, run_sb3_ppo, run_until_threshold
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -42,87 +40,17 @@ OURS = {
 SB3 = {"sb3 (zoo settings, lr 1e-3)": 1e-3, "sb3 (lr 2e-3)": 2e-3}
 
 
-def run_ours(seed: int, frames: int, overrides: dict) -> int | None:
-    from ac_extensions.recipes import PPOConfig
-    from ac_extensions.recipes.ppo import train
-
-    config = PPOConfig(frames=frames, seed=seed, workers=1, **overrides)
-    runs = train(config)
-    try:
-        for metrics in runs:
-            if (
-                metrics["train/return_window_size"] >= 20
-                and metrics["train/return_window"] >= THRESHOLD
-            ):
-                return int(metrics["time/frames"])
-    finally:
-        runs.close()  # shuts the collector down
-    return None
-
-
-def run_sb3(seed: int, frames: int, lr: float) -> int | None:
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-
-    torch.set_num_threads(1)
-
-    class Threshold(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.window = deque(maxlen=20)
-            self.hit = None
-
-        def _on_step(self) -> bool:
-            for info in self.locals["infos"]:
-                if "episode" in info:
-                    self.window.append(info["episode"]["r"])
-                    if len(self.window) == 20 and sum(self.window) / 20 >= THRESHOLD:
-                        self.hit = self.num_timesteps
-                        return False  # stop training
-            return True
-
-    model = PPO(
-        "MlpPolicy",
-        make_vec_env("CartPole-v1", n_envs=8, seed=seed),
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=lambda remaining: remaining * lr,
-        clip_range=lambda remaining: remaining * 0.2,
-        seed=seed,
-        device="cpu",
-        verbose=0,
-    )
-    callback = Threshold()
-    model.learn(total_timesteps=frames, callback=callback)
-    return callback.hit
-
-
 def child(argv: list[str]) -> None:
     which, seed, frames = argv[0], int(argv[1]), int(argv[2])
     if which in SB3:
-        hit = run_sb3(seed, frames, SB3[which])
+        result = run_sb3_ppo(seed, frames, lr=SB3[which], threads=1, stop_at_threshold=True)
     else:
-        hit = run_ours(seed, frames, OURS[which])
-    print("RESULT " + json.dumps(hit), flush=True)
+        from ac_extensions.recipes import PPOConfig
+        from ac_extensions.recipes.ppo import train
 
-
-def run_one(name: str, seed: int, frames: int) -> int | None:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", name, str(seed), str(frames)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    if not line:
-        raise RuntimeError(f"{name} seed {seed} failed:\n{out.stderr[-3000:]}")
-    return json.loads(line[-1][7:])
+        config = PPOConfig(frames=frames, seed=seed, workers=1, **OURS[which])
+        result = run_until_threshold(lambda: train(config))
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 def main() -> None:
@@ -135,10 +63,11 @@ def main() -> None:
     args = parser.parse_args()
     jobs = [(name, seed) for name in args.variants for seed in args.seeds]
     with ThreadPoolExecutor(args.jobs) as pool:
-        hits = list(pool.map(lambda job: run_one(*job, args.frames), jobs))
+        results = list(pool.map(lambda job: run_child(__file__, *job, args.frames), jobs))
     runs: dict[str, dict[int, int | None]] = {name: {} for name in args.variants}
-    for (name, seed), hit in zip(jobs, hits, strict=True):
-        runs[name][seed] = hit
+    for (name, seed), result in zip(jobs, results, strict=True):
+        hit = result["frames_to_475"]
+        runs[name][seed] = hit = None if hit is None else int(hit)
         print(f"{name:42s} seed {seed:3d}: {hit}", flush=True)
 
     def quartiles(values: list[int]) -> list[float]:

@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import THRESHOLD, run_child, run_recipe, write_table
+from _threshold import run_child, run_recipe, run_sb3_ppo, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -49,65 +47,6 @@ SB3 = {
 }
 
 
-def run_sb3(seed: int, frames: int, n_envs: int, n_steps: int, lr: float) -> dict:
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-
-    torch.set_num_threads(2)
-    start = time.perf_counter()
-
-    class Threshold(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.window = deque(maxlen=20)
-            self.hit = None
-
-        def _on_step(self) -> bool:
-            for info in self.locals["infos"]:
-                if "episode" in info:
-                    self.window.append(info["episode"]["r"])
-                    if (
-                        self.hit is None
-                        and len(self.window) == 20
-                        and sum(self.window) / 20 >= THRESHOLD
-                    ):
-                        self.hit = (self.num_timesteps, time.perf_counter() - start)
-            return True
-
-    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
-
-    def linear(value):
-        return lambda remaining: remaining * value
-
-    model = PPO(
-        "MlpPolicy",
-        env,
-        n_steps=n_steps,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(lr),
-        clip_range=linear(0.2),
-        seed=seed,
-        device="cpu",
-        verbose=0,
-    )
-    callback = Threshold()
-    model.learn(total_timesteps=frames, callback=callback)
-    wall = time.perf_counter() - start
-    return {
-        "frames_to_475": callback.hit[0] if callback.hit else None,
-        "seconds_to_475": callback.hit[1] if callback.hit else None,
-        "frames": model.num_timesteps,
-        "seconds": wall,
-        "fps": model.num_timesteps / wall,
-    }
-
-
 def run_ours(seed: int, frames: int, overrides: dict) -> dict:
     from ac_extensions.recipes import PPOConfig
     from ac_extensions.recipes.ppo import train
@@ -118,7 +57,7 @@ def run_ours(seed: int, frames: int, overrides: dict) -> dict:
 def child(argv: list[str]) -> None:
     which, seed, frames = argv[0], int(argv[1]), int(argv[2])
     if which in SB3:
-        result = run_sb3(seed, frames, **SB3[which])
+        result = run_sb3_ppo(seed, frames, **SB3[which])
     else:
         result = run_ours(seed, frames, OURS[which])
     print("RESULT " + json.dumps(result), flush=True)

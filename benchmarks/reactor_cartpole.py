@@ -18,47 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import THRESHOLD, run_child, write_table
+from _threshold import run_child, run_until_threshold, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = ("reactor", "reactor_nd", "acer", "ppo")
-
-
-def run_until_threshold(train: Callable[[], Iterator[dict]]) -> dict:
-    """Like ``_threshold.run_recipe``, but stops the run once the 20-episode mean reaches 475.
-
-    ``frames``, ``seconds`` and ``fps`` then cover the run up to that point (closing the
-    generator stops the collector); a run that never reaches it goes to its budget.
-    ``best_window`` is the best 20-episode mean seen.
-    """
-    start = time.perf_counter()
-    hit, last, best = None, {}, -math.inf
-    run = train()
-    for metrics in run:
-        last = metrics
-        if metrics["train/return_window_size"] >= 20:
-            best = max(best, metrics["train/return_window"])
-            if metrics["train/return_window"] >= THRESHOLD:
-                hit = (metrics["time/frames"], time.perf_counter() - start)
-                break
-    run.close()
-    wall = time.perf_counter() - start
-    return {
-        "frames_to_475": hit[0] if hit else None,
-        "seconds_to_475": hit[1] if hit else None,
-        "frames": last["time/frames"],
-        "seconds": wall,
-        "fps": last["time/frames"] / wall,
-        "best_window": best,
-    }
 
 
 def child(argv: list[str]) -> None:
