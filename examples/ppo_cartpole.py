@@ -7,7 +7,7 @@ Expected: the mean of the last 20 episode returns reaches 475 after about 30k fr
 and seconds (median 23.6k frames, 3.6 s): one worker collecting the next batch while the learner
 trains, with twice the learning rate (second command).
 
-    python examples/ppo_cartpole.py --frames 60000 --seed 1
+    python examples/ppo_cartpole.py --frames 100000 --seed 1
     python examples/ppo_cartpole.py --frames 100000 --lr 0.002 --async-collection true --workers 1
 """
 
