@@ -1,9 +1,10 @@
 """ac_extensions: actor-critic losses for TorchRL (A2C, PPO, ACER, Reactor).
 
 Layers (README § Layout): :mod:`ac_extensions.functional` holds the math as pure torch
-functions; ``modules`` (networks), ``objectives`` (TorchRL ``LossModule`` subclasses) and
-``recipes`` (whole training loops) build on it. Importing the top-level package imports only
-the functional layer, so ``import ac_extensions`` stays cheap.
+functions; ``modules`` (networks), ``objectives`` (TorchRL ``LossModule`` subclasses),
+``data`` (samplers), ``runtime`` (collection, checkpoints, guards, progress) and ``recipes``
+(whole training loops, one per algorithm) build on it, in that order. Importing the
+top-level package imports only the functional layer, so ``import ac_extensions`` stays cheap.
 """
 
 from __future__ import annotations

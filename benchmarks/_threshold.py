@@ -17,6 +17,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
+
 THRESHOLD = 475.0
 """CartPole-v1's "solved" return (the mean over the last 20 finished episodes)."""
 
@@ -216,7 +219,7 @@ def write_table(
         for r in results
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(header + table + "\n\nPer run:\n\n" + per_run + "\n")
+    write_markdown(out, header + table + "\n\nPer run:\n\n" + per_run + "\n")
     out.with_suffix(".json").write_text(json.dumps({"runs": runs, "summary": summary}, indent=1))
     print(f"wrote {out}")
     return summary

@@ -28,6 +28,7 @@ from tensordict import TensorDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _acer_naive import naive_acer_loss
+from _results import write_markdown
 
 from ac_extensions.modules import make_acer_actor
 from ac_extensions.objectives import ACERLoss
@@ -204,7 +205,7 @@ def main() -> None:
     print(text)
     if not args.only:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "acer_update.md").write_text(text)
+        write_markdown((RESULTS / "acer_update.md"), text)
         (RESULTS / "acer_update.json").write_text(json.dumps(rows, indent=1) + "\n")
 
 

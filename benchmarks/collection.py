@@ -5,7 +5,7 @@ One in-process TorchRL ``Collector`` (what each recipe worker runs) on 8 CartPol
 
 * ``torchrl``: ``GymWrapper`` (+ ``VecGymEnvTransform``) + ``RewardSum``, ``ProbabilisticActor``
   (what ``make_batched_env`` / ``collection_policy`` built before);
-* ``lean env``: :class:`~ac_extensions.recipes._vector_env.VectorGymEnv`, ``ProbabilisticActor``;
+* ``lean env``: :class:`~ac_extensions.runtime.vector_env.VectorGymEnv`, ``ProbabilisticActor``;
 * ``lean env + sampler``: the same with :class:`~ac_extensions.modules.CategoricalSampler`
   (the recipes' default now);
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -31,8 +32,11 @@ from torchrl.collectors import Collector
 from torchrl.envs import GymWrapper, RewardSum, TransformedEnv
 
 from ac_extensions.modules import collection_policy, make_actor_critic
-from ac_extensions.recipes._vector_env import VectorGymEnv
-from ac_extensions.recipes.envs import make_gym_env
+from ac_extensions.runtime.envs import make_gym_env
+from ac_extensions.runtime.vector_env import VectorGymEnv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENVS, FRAMES = 8, 256
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{torch.__version__}).\n\n"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "collection.md").write_text(header + table + "\n")
+    write_markdown((RESULTS / "collection.md"), header + table + "\n")
     (RESULTS / "collection.json").write_text(
         json.dumps({"ms_per_batch": samples, "median": median}, indent=2)
     )

@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _baselines as naive
+from _results import write_markdown
 
 from ac_extensions import functional as F
 
@@ -276,7 +277,7 @@ def main() -> None:
         f"functional_ops.py{' --quick' if args.quick else ''}`\n\n{header}"
     ]
     lines += [format_row(r) for r in rows]
-    args.out.write_text("\n".join(lines) + "\n")
+    write_markdown(args.out, "\n".join(lines) + "\n")
     args.out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"\n{meta}\nwrote {args.out}")
 

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
 from _threshold import run_child, run_sb3_ppo, run_until_threshold
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -102,7 +103,7 @@ def main() -> None:
         "\n\n"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
+    write_markdown(args.out,
         header
         + table
         + f"\n\nPer seed ({', '.join(map(str, args.seeds))}):\n\n"

@@ -22,10 +22,14 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,7 +48,7 @@ def make_config(recipe: str, backend: str, workers: int, frames: int):
 def train(recipe: str, config):
     """The recipe's training generator."""
     if recipe == "ppo":
-        from ac_extensions.recipes.on_policy import train as run
+        from ac_extensions.recipes.ppo import train as run
     else:
         from ac_extensions.recipes.acer import train as run
     return run(config)
@@ -135,7 +139,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ray_scaling.md").write_text(text)
+    write_markdown((RESULTS / "ray_scaling.md"), text)
     meta = {"recipe": args.recipe, "repeats": args.repeats, "cores": cores, "load": load}
     (RESULTS / "ray_scaling.json").write_text(json.dumps(meta | {"rows": rows}, indent=1) + "\n")
 

@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ALGORITHMS = ("a2c", "ppo", "acer", "reactor")
@@ -117,7 +120,7 @@ def learning(seeds: list[int], frames: dict[str, int], tag: str) -> tuple[Path, 
     table = "\n".join(rows)
     png = plot(runs, RESULTS / f"learning{tag}.png", f"CartPole-v1, seeds {seeds}")
     markdown = RESULTS / f"learning{tag}.md"
-    markdown.write_text(
+    write_markdown(markdown,
         "# Learning benchmark: every algorithm on CartPole-v1\n\n"
         f"Command: `python benchmarks/run.py{' --quick' if tag else ''}` (default configs, "
         f"seeds {seeds}, each run a fresh `ac-train` process one after the other; frames to "
@@ -141,9 +144,9 @@ def throughput(frames: int, repeats: int = 3) -> Path:
     import gymnasium as gym
 
     from ac_extensions.modules import collection_policy
-    from ac_extensions.recipes import on_policy
-    from ac_extensions.recipes._common import start_collector, stop_collector
+    from ac_extensions.recipes import ppo as on_policy
     from ac_extensions.recipes.ppo import PPOConfig
+    from ac_extensions.runtime import start_collector, stop_collector
 
     config = PPOConfig(frames=frames)
     per_batch = config.frames_per_batch
@@ -198,7 +201,7 @@ def throughput(frames: int, repeats: int = 3) -> Path:
         f"{training / raw:.2f} |"
     )
     out = RESULTS / "throughput.md"
-    out.write_text(
+    write_markdown(out,
         "# Throughput on CartPole-v1, measured in one run\n\n"
         f"Command: `python benchmarks/run.py --only throughput` ({frames:,} frames each, "
         f"the first batch excluded as start-up; medians of {repeats} interleaved repeats; "

@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 
 from ac_extensions.data import PrioritizedSequenceSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, L, ROW = 32, 20, 200
@@ -173,7 +177,7 @@ def main() -> None:
     print(text)
     if not args.quick:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "sequence_sampler.md").write_text(text)
+        write_markdown((RESULTS / "sequence_sampler.md"), text)
         (RESULTS / "sequence_sampler.json").write_text(
             json.dumps({"header": header, "rows": rows}, indent=2) + "\n"
         )

@@ -2,7 +2,7 @@
 
 Wang et al., 2017 (arXiv:1611.01224v2, §6). ``ALE/…`` ids get the usual preprocessing
 (4-frame skip with max-pooling, up to 30 no-op starts, 84×84 grayscale, 4 stacked frames; see
-``ac_extensions.recipes.envs.make_gym_env``). Settings follow the paper and openai/baselines
+``ac_extensions.runtime.envs.make_gym_env``). Settings follow the paper and openai/baselines
 where they apply (20-step sequences, replay ratio 4, c = 10, δ = 1, α = 0.99, entropy 0.01,
 gradient-norm clip 10) with Adam at 1e-4 (the A3C-ACER-PyTorch port that solves Pong) and a
 replay of 50k frames kept in memory-mapped files (``--memmap``; each stored frame stack is

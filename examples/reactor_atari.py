@@ -1,7 +1,7 @@
 """Reactor on an Atari game: Nature CNN torso, LSTM branches with stored state, 51 atoms.
 
 Gruslys et al., 2018 (arXiv:1704.04651). Needs ``ale-py`` and the Atari preprocessing of
-:func:`ac_extensions.recipes.envs.make_batched_env` for ``ALE/...`` ids (observations
+:func:`ac_extensions.runtime.envs.make_batched_env` for ``ALE/...`` ids (observations
 ``[E, 4, 84, 84]`` uint8); the recipe picks the CNN torso because the observation has three
 dims. The network follows the paper's shape (conv torso, then a policy LSTM and a critic LSTM
 fed the previous action and reward; R2D2-style stored state), with rewards clipped to

@@ -1,8 +1,10 @@
 """The package's import direction (style.md §4.1), checked on the source's AST.
 
 functional → torch only; modules → torch, tensordict, torchrl, functional;
-objectives → may add torchrl.objectives and modules; recipes and cli → anything;
-nothing else in the package imports recipes; nothing but ``__main__`` imports cli.
+objectives → may add torchrl.objectives and modules; runtime → may add data, objectives and
+the environment / cluster packages, never recipes or cli; recipes and cli → anything, but no
+recipe imports another recipe; nothing else in the package imports recipes; nothing but
+``__main__`` imports cli; and the import graph of the package's modules has no cycle.
 """
 
 from __future__ import annotations
@@ -33,6 +35,20 @@ ALLOWED = {
         "ac_extensions.functional",
         "ac_extensions.modules",
         "ac_extensions.objectives",
+    },
+    "runtime": {
+        "torch",
+        "tensordict",
+        "torchrl",
+        "numpy",
+        "gymnasium",
+        "ale_py",
+        "ray",
+        "ac_extensions.functional",
+        "ac_extensions.modules",
+        "ac_extensions.objectives",
+        "ac_extensions.data",
+        "ac_extensions.runtime",
     },
 }
 
@@ -86,3 +102,76 @@ def test_layering_check_catches_a_violation(tmp_path):
         "tensordict",
         "torchrl.objectives",
     }
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the package modules it imports (lazily too); ``from P import m`` counts P.m."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom) and node.module in modules:
+                edges.add(node.module)
+                edges.update(
+                    f"{node.module}.{a.name}"
+                    for a in node.names
+                    if f"{node.module}.{a.name}" in modules
+                )
+        graph[name] = edges - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as a path (first = last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_import_graph_has_no_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_cycle_check_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_no_recipe_imports_another_recipe():
+    for path in (PACKAGE / "recipes").glob("*.py"):
+        if path.name == "__init__.py":  # the package re-exports its recipes' configs
+            continue
+        others = {n for n in imported_modules(path) if n.startswith("ac_extensions.recipes")}
+        assert not others, f"{path.name} imports {sorted(others)}: shared code goes to runtime"
+
+
+def test_runtime_is_below_the_recipes():
+    for path in (PACKAGE / "runtime").rglob("*.py"):
+        names = imported_modules(path)
+        assert not any(n.startswith(("ac_extensions.recipes", "ac_extensions.cli")) for n in names)

@@ -71,3 +71,15 @@ EXPECTED_SIGNATURES = {
 def test_contract_signatures(name):
     params = list(inspect.signature(getattr(functional, name)).parameters)
     assert params == EXPECTED_SIGNATURES[name]
+
+
+def test_runtime_names_are_documented():
+    from ac_extensions import runtime
+
+    assert len(set(runtime.__all__)) == len(runtime.__all__)  # (ruff's RUF022 sorts it)
+    for name in runtime.__all__:
+        value = getattr(runtime, name)
+        if isinstance(value, str):  # a constant, documented where it is defined
+            continue
+        doc = inspect.getdoc(value)
+        assert doc and len(doc.split()) > 5, f"ac_extensions.runtime.{name} is undocumented"

@@ -204,7 +204,7 @@ def check_env_id(env_id: str) -> float | None:
     """
     import gymnasium as gym
 
-    import ac_extensions.recipes.envs  # noqa: F401  (registers MaskedCartPole-v1, ...)
+    import ac_extensions.runtime.envs  # noqa: F401  (registers MaskedCartPole-v1, ...)
 
     if env_id.startswith("ALE/"):
         import ale_py

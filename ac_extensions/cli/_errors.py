@@ -28,7 +28,7 @@ def quiet_libraries() -> None:
     Also a collector worker whose env raised prints no traceback (the one-line ``WorkerError``
     names the exception and where); ``AC_DEBUG=1`` shows it.
     """
-    from ac_extensions.recipes._common import WORKER_TRACEBACKS_VARIABLE
+    from ac_extensions.runtime import WORKER_TRACEBACKS_VARIABLE
 
     os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
     logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -39,12 +39,12 @@ def quiet_libraries() -> None:
 
 
 def show_training_warnings(prog: str) -> None:
-    """Print every :class:`~ac_extensions.recipes._common.TrainingWarning` as one line.
+    """Print every :class:`~ac_extensions.runtime.TrainingWarning` as one line.
 
     ``PROG: warning: MESSAGE`` on stderr, each occurrence (a skipped update, a dropped batch, a
     checkpoint not written), even though :func:`quiet_libraries` hides other warnings.
     """
-    from ac_extensions.recipes._common import TrainingWarning
+    from ac_extensions.runtime import TrainingWarning
 
     warnings.filterwarnings("always", category=TrainingWarning)
     original = warnings.showwarning
@@ -66,7 +66,7 @@ def run_main(prog: str, command: Callable[[list[str]], int], argv: list[str]) ->
     ``NonFiniteError``: too many non-finite updates; ``OSError``: the final checkpoint could
     not be written), 130 interrupted.
     """
-    from ac_extensions.recipes._common import CheckpointError
+    from ac_extensions.runtime import CheckpointError
 
     quiet_libraries()
     show_training_warnings(prog)

@@ -53,12 +53,10 @@ def load_policy(directory: Path):
     """(algorithm, config, recipe module, policy) from the newest checkpoint in ``directory``."""
     from torchrl.objectives import LossModule
 
-    from ac_extensions.recipes._common import Checkpointer, load_loss_state_dict
+    from ac_extensions.runtime import Checkpointer, load_loss_state_dict
 
     name, config = read_run(directory)
     module, _ = load_recipe(name)
-    if not hasattr(module, "build"):  # ppo / a2c fix the algorithm of the on-policy recipe
-        module = importlib.import_module("ac_extensions.recipes.on_policy")
     checkpointer = Checkpointer(directory / "checkpoints")
     if checkpointer.latest() is None:
         raise UsageError(f"{directory} has no checkpoint")
@@ -144,7 +142,7 @@ def evaluate_command(argv: list[str]) -> int:
     import torch
     from torchrl.envs import ExplorationType, set_exploration_type
 
-    from ac_extensions.recipes.on_policy import finished_returns
+    from ac_extensions.runtime import finished_returns
 
     name, config, module, policy = load_policy(args.run)
     env = make_eval_env(module, config, policy)

@@ -7,7 +7,7 @@
 Writes into ``--out DIR``: ``run.json`` (algorithm and config), ``logs/`` (TorchRL logger;
 CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines), ``summary.json``
 (rewritten atomically after every batch) and ``checkpoints/`` (see
-:class:`~ac_extensions.recipes._common.Checkpointer`).
+:class:`~ac_extensions.runtime.Checkpointer`).
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ class ProgressLine:
 
 def truncate_logs(directory: Path, frames: float) -> None:
     """Drop CSV rows logged after the checkpoint a resumed run starts from."""
-    from ac_extensions.recipes._common import atomic_write_text
+    from ac_extensions.runtime import atomic_write_text
 
     for path in directory.rglob("*.csv"):
         lines = path.read_text().splitlines()
@@ -293,7 +293,7 @@ def prepare_output(args: argparse.Namespace, checkpointer, tracker: Tracker) -> 
 def train_command(argv: list[str]) -> int:
     """Parse, check, train; return the exit status."""
     name, config, args = parse(argv)
-    from ac_extensions.recipes._common import Checkpointer, atomic_write_text
+    from ac_extensions.runtime import Checkpointer, atomic_write_text
 
     module, _ = load_recipe(name)
     out: Path = args.out

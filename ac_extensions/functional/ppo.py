@@ -4,7 +4,8 @@ For feed-forward categorical policies a training loop can gather the minibatch t
 and call :func:`categorical_ppo_losses`; it returns the same numbers (and gradients) as
 :class:`~ac_extensions.objectives.SequencePPOLoss` / TorchRL's ``ClipPPOLoss`` with
 ``loss_critic_type="l2"`` on an unpadded flat batch (``tests/functional/test_ppo.py``) at about
-half the cost per gradient step for small MLPs (``benchmarks/results/ppo_update.md``).
+half the cost per gradient step for small MLPs (``benchmarks/results/ppo_update.md``). That
+loss module computes its outputs with these functions itself wherever it can (its fast path).
 
 Shapes: ``[N]`` steps (any flat batch), ``[N, A]`` for per-action tensors.
 """
@@ -288,12 +289,12 @@ def _diagnostics(
     out = {
         "entropy": entropy.mean(),
         "kl_approx": (-log_weight).mean(),
-        "clip_fraction": ((log_weight < low) | (log_weight > high)).float().mean(),
+        "clip_fraction": ((log_weight < low) | (log_weight > high)).to(log_weight.dtype).mean(),
         **ratio_diagnostics(log_weight),
         "explained_variance": explained_variance(value_target, value),
     }
     if step is not None:
-        out["value_clip_fraction"] = (step != clipped_step).float().mean()
+        out["value_clip_fraction"] = (step != clipped_step).to(step.dtype).mean()
     return out
 
 

@@ -1,33 +1,69 @@
-"""A2C recipe: :class:`A2CConfig` (zoo CartPole defaults) and :func:`train`.
+"""A2C on TorchRL's multi-process collector, read top to bottom: config, build, the loop.
 
-The loop is :func:`ac_extensions.recipes.on_policy.train`; this module only fixes the algorithm
-and its defaults (rl-baselines3-zoo ``hyperparams/a2c.yml`` CartPole-v1 with SB3's A2C
-defaults: RMSprop lr 7e-4, γ 0.99, GAE λ 1.0, no entropy bonus, critic coefficient 0.5,
-gradient-norm clip 0.5, constant learning rate).
+Advantage actor-critic, synchronous (Mnih et al., 2016, arXiv:1602.01783, Algorithm S3 with
+W·E parallel actors). One iteration of :func:`train`:
+
+1. **Collect**: ``MultiSyncCollector`` workers each step E environments for T steps → a batch
+   ``[W·E, T]`` (``async_collection``: one worker's ``[E, T]`` while the others go on).
+2. **Targets**: n-step returns as GAE with λ = 1 (configurable) from the pre-update critic,
+   V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap.
+3. **Loss and step**: one call of the exported :class:`~ac_extensions.objectives.SequenceA2CLoss`
+   on the whole batch (of whole sequences, from their stored state, for recurrent policies),
+   one clipped RMSprop step.
+4. **Weights** go to the workers; metrics are yielded (``train/*``, ``eval/*``, ``time/*``).
+
+The plumbing (collector supervision, checkpoints, non-finite guards, progress) lives in
+:mod:`ac_extensions.runtime`.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from functools import partial
 
-from ac_extensions.recipes import on_policy
-from ac_extensions.recipes._common import Checkpointer
+import torch
+
+from ac_extensions.modules import FlatParameters, collection_policy
+from ac_extensions.objectives import SequenceA2CLoss
+from ac_extensions.runtime import (
+    Checkpointer,
+    NonFiniteGuard,
+    Progress,
+    collector_metrics,
+    finished_returns,
+    resume,
+    start_collector,
+    stop_collector,
+    training_state,
+)
+from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.on_policy import (
+    compute_advantages,
+    evaluate,
+    make_env,
+    make_networks,
+    training_sequences,
+)
 
 
 @dataclass(frozen=True)
-class A2CConfig(on_policy.OnPolicyConfig):
-    """:class:`~ac_extensions.recipes.on_policy.OnPolicyConfig` with A2C's defaults."""
+class A2CConfig(OnPolicyConfig):
+    """Hyper-parameters of A2C; defaults: rl-baselines3-zoo's CartPole-v1 A2C.
 
-    algorithm: Literal["a2c"] = "a2c"
-    """Advantage actor-critic (Mnih et al., 2016, arXiv:1602.01783)."""
+    DLR-RM/rl-baselines3-zoo ``hyperparams/a2c.yml`` with SB3's A2C defaults: RMSprop lr 7e-4
+    (α 0.99, eps 1e-5), γ 0.99, GAE λ 1.0, no entropy bonus, critic coefficient 0.5,
+    gradient-norm clip 0.5, constant learning rate.
+    """
+
     frames: int = 200_000
-    """SB3's A2C needs ~100k CartPole frames; leave room."""
+    """Total environment frames to collect (SB3's A2C needs ~100k on CartPole-v1)."""
     envs_per_worker: int = 8
     """E."""
     rollout_length: int = 8
-    """T (SB3 uses n_steps 5 with 8 envs; 2 workers × 8 envs × 8 steps here)."""
+    """T (SB3 uses n_steps 5 with 8 envs; here 2 workers × 8 envs × 8 steps)."""
     gamma: float = 0.99
     """Discount γ."""
     lmbda: float = 1.0
@@ -36,19 +72,127 @@ class A2CConfig(on_policy.OnPolicyConfig):
     """RMSprop learning rate."""
     anneal_lr: bool = False
     """Constant learning rate."""
-    epochs: int = 1
-    """One pass: A2C is on-policy without reuse."""
-    minibatch_size: int = 1 << 30
-    """The whole batch in one gradient step."""
-    normalize_advantage: bool = False
-    """Raw advantages."""
+
+
+def build(config: A2CConfig):
+    """Networks, loss, optimiser for ``config``.
+
+    Returns:
+        ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
+        (:class:`~ac_extensions.modules.FlatParameters`, the loss's parameters and gradients
+        in one buffer each).
+    """
+    actor, critic = make_networks(config)
+    loss = SequenceA2CLoss(
+        actor,
+        critic,
+        entropy_coeff=config.entropy_coeff,
+        critic_coeff=config.critic_coeff,
+        loss_critic_type="l2",
+        functional=False,
+    )
+    flat = FlatParameters(loss.parameters())
+    # A2C's RMSprop settings (Mnih et al., 2016; SB3's A2C defaults).
+    optimizer = torch.optim.RMSprop([flat.parameter], lr=config.lr, alpha=0.99, eps=1e-5)
+    return actor, critic, loss, optimizer, flat
 
 
 def train(
     config: A2CConfig | None = None, *, checkpoint: Checkpointer | None = None
 ) -> Iterator[dict[str, float]]:
-    """Train A2C; yield one dict of scalar metrics per batch (see ``on_policy.train``)."""
-    return on_policy.train(config or A2CConfig(), checkpoint=checkpoint)
+    """Run A2C; yield one dict of scalar metrics per collected batch.
+
+    Checkpoints and faults as in :func:`ac_extensions.recipes.ppo.train`.
+    """
+    config = config or A2CConfig()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    actor, critic, loss_module, optimizer, flat = build(config)
+    num_batches = math.ceil(config.frames / config.batch_frames)
+    progress = Progress(config.return_window)
+    counters = resume(checkpoint, loss_module, optimizer, progress, generator)
+    done = counters.get("batches", 0)
+    guard = NonFiniteGuard(config.max_nonfinite_updates)
+    guard.load_state_dict(counters)
+    if done >= num_batches:
+        return
+    collector = start_collector(
+        config,
+        partial(make_env, config),
+        collection_policy(actor, critic),
+        frames=config.frames - progress.frames,
+        seed=config.seed + done,
+        asynchronous=config.async_collection,
+    )
+    try:
+        collect_start = time.perf_counter()
+        for iteration, batch in enumerate(collector, start=done):
+            # 1. Collect: [W·E, T] (async: one worker's [E, T]).
+            collect_time = time.perf_counter() - collect_start
+            batch = batch.reshape(-1, batch.shape[-1])
+            frames = batch.numel()
+            returns, versions = finished_returns(batch), collector_metrics(batch)
+            learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
+            update_start = time.perf_counter()
+            if learn and config.reshape_reward is not None:  # (logged returns stay the env's)
+                batch["next", "reward"] = config.reshape_reward(
+                    batch["observation"],
+                    batch["action"],
+                    batch["next", "reward"],
+                    batch["next", "done"],
+                )
+            lr = config.lr * ((1.0 - iteration / num_batches) if config.anneal_lr else 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+            logs: dict[str, float] = {}
+            if learn:
+                # 2. Targets: n-step (GAE λ) advantages with the pre-update critic.
+                compute_advantages(batch, critic, config.gamma, config.lmbda)
+                if config.recurrent is not None and (config.sequence_length or config.burn_in):
+                    length = config.sequence_length or batch.shape[1]
+                    batch = training_sequences(batch, length, config.burn_in)
+                # 3. Loss and one step on the whole batch.
+                out = loss_module(batch)
+                total = sum(v for k, v in out.items() if k.startswith("loss_"))
+                flat.zero_grad()
+                total.backward()
+                grad_norm = float(flat.clip_grad_norm_(config.max_grad_norm))
+                if guard.update_ok(float(total), grad_norm):  # else skipped (warned, counted)
+                    optimizer.step()
+                    logs = {k: float(v.detach()) for k, v in out.items()}
+                    logs["grad_norm"] = grad_norm
+
+            # 4. New weights to the workers; metrics.
+            collector.update_policy_weights_()
+            update_time = time.perf_counter() - update_start
+            metrics = {f"train/{k}": v for k, v in logs.items()}
+            metrics |= progress.update(frames, returns) | guard.metrics()
+            metrics |= versions | {
+                "train/lr": lr,
+                "time/collect": collect_time,
+                "time/update": update_time,
+            }
+            if config.eval_every and (iteration + 1) % config.eval_every == 0:
+                evaluation = evaluate(actor, config, config.eval_episodes)
+                metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
+            yield metrics
+            if checkpoint is not None:
+                state = partial(
+                    training_state,
+                    loss_module,
+                    optimizer,
+                    progress,
+                    generator,
+                    batches=iteration + 1,
+                    **guard.state_dict(),
+                )
+                checkpoint.maybe_save(iteration + 1, state, final=iteration + 1 == num_batches)
+            collect_start = time.perf_counter()
+    finally:
+        stop_collector(collector)
 
 
-__all__ = ["A2CConfig", "train"]
+__all__ = ["A2CConfig", "build", "make_env", "train"]

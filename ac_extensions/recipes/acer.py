@@ -37,28 +37,29 @@ from ac_extensions.modules import (
     make_qvalue,
 )
 from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
-from ac_extensions.recipes._common import (
+from ac_extensions.runtime import (
     Checkpointer,
     NonFiniteGuard,
     Progress,
     ReplayFeed,
-    RunConfig,
     close_replay,
     collector_metrics,
+    finished_returns,
     label_sequences,
+    make_replay_buffer,
     resume,
     start_collector,
     stop_collector,
     training_state,
 )
-from ac_extensions.recipes.envs import (
+from ac_extensions.runtime.config import RunConfig
+from ac_extensions.runtime.envs import (
     action_size,
     has_continuous_actions,
     make_batched_env,
     observation_shape,
     observation_size,
 )
-from ac_extensions.recipes.on_policy import finished_returns
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def build(config: ACERConfig):
     :class:`~ac_extensions.objectives.ContinuousACERLoss`, µ stored as its ``loc`` / ``scale``
     (Wang et al., 2017, arXiv:1611.01224v2, §5). The continuous actor's actions are unbounded
     and stored as sampled; the env clips what it applies (see
-    :func:`~ac_extensions.recipes.envs.make_batched_env`), so µ's density is evaluated at the
+    :func:`~ac_extensions.runtime.envs.make_batched_env`), so µ's density is evaluated at the
     action that was actually drawn from µ.
     """
     probe = make_env(config)
@@ -220,8 +221,8 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
 
     The capacity is ``replay_capacity`` rounded down to whole sequences, so overwriting (FIFO)
     always replaces whole rows. A sample is flat ``[batch_size · T]``; reshape to ``[-1, T]``.
-    With ``config.backend == "ray"`` the same buffer lives in a Ray actor (TorchRL's
-    ``RayReplayBuffer``), which the collector actors extend (:mod:`ac_extensions.recipes._ray`).
+    With ``config.backend == "ray"`` the same buffer lives in a Ray actor, which the
+    collector actors extend (:func:`~ac_extensions.runtime.make_replay_buffer`).
     """
     length = config.rollout_length
     capacity = max(1, config.replay_capacity // length) * length
@@ -230,13 +231,9 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
         SliceSampler, slice_len=length, traj_key=SEQUENCE_KEY, strict_length=True, cache_values=True
     )
     batch_size = config.batch_size * length
-    if config.backend == "ray":
-        from ac_extensions.recipes._ray import make_ray_replay
-
-        return make_ray_replay(
-            config, ReplayBuffer, storage=storage, sampler=sampler, batch_size=batch_size
-        )
-    return ReplayBuffer(storage=storage(), sampler=sampler(), batch_size=batch_size)
+    return make_replay_buffer(
+        config, ReplayBuffer, storage=storage, sampler=sampler, batch_size=batch_size
+    )
 
 
 def train(
@@ -249,7 +246,7 @@ def train(
     ``config.frames`` are collected) and saves one every ``checkpoint.every`` batches and after
     the last.
 
-    Faults (see :class:`~ac_extensions.recipes._common.NonFiniteGuard`): an update with a
+    Faults (see :class:`~ac_extensions.runtime.NonFiniteGuard`): an update with a
     NaN/inf loss or gradient norm is skipped (no average-policy update either), a batch with a
     NaN/inf observation or reward is dropped (not stored in the replay); both warn and count
     (``train/skipped_updates``, ``train/skipped_batches``), and ``max_nonfinite_updates`` in a

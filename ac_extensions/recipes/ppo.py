@@ -1,39 +1,257 @@
-"""PPO recipe: :class:`PPOConfig` (zoo-tuned CartPole defaults) and :func:`train`.
+"""PPO on TorchRL's multi-process collector, read top to bottom: config, build, the loop.
 
-The loop is :func:`ac_extensions.recipes.on_policy.train`; this module only fixes the algorithm.
+Schulman et al., 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347. One
+iteration of :func:`train`:
+
+1. **Collect**: ``MultiSyncCollector`` workers each step E environments for T steps → a batch
+   ``[W·E, T]``, every row one contiguous stream of one environment, with log µ(a_t|x_t)
+   stored at collection (``async_collection``: one worker's ``[E, T]`` while the others go on).
+2. **Targets**: GAE once per batch with the pre-update critic (Schulman et al., 2016,
+   arXiv:1506.02438), V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap.
+3. **Losses and steps**: ``epochs`` passes over shuffled minibatches (of steps, or of whole
+   sequences for recurrent policies), each one call of the exported
+   :class:`~ac_extensions.objectives.SequencePPOLoss` (clipped surrogate, value loss, entropy),
+   a clipped Adam step; linear learning-rate and clip annealing, optional KL early stop.
+4. **Weights** go to the workers; metrics are yielded (``train/*``, ``eval/*``, ``time/*``).
+
+The plumbing (collector supervision, checkpoints, non-finite guards, progress) lives in
+:mod:`ac_extensions.runtime`.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from functools import partial
 
-from ac_extensions.recipes import on_policy
-from ac_extensions.recipes._common import Checkpointer
+import torch
+
+from ac_extensions.modules import FlatAdam, FlatParameters, collection_policy
+from ac_extensions.objectives import SequencePPOLoss
+from ac_extensions.runtime import (
+    Checkpointer,
+    NonFiniteGuard,
+    Progress,
+    collector_metrics,
+    finished_returns,
+    resume,
+    start_collector,
+    stop_collector,
+    training_state,
+)
+from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.on_policy import (
+    compute_advantages,
+    evaluate,
+    make_env,
+    make_networks,
+    minibatches,
+)
 
 
 @dataclass(frozen=True)
-class PPOConfig(on_policy.OnPolicyConfig):
-    """:class:`~ac_extensions.recipes.on_policy.OnPolicyConfig` with ``algorithm="ppo"``.
+class PPOConfig(OnPolicyConfig):
+    """Hyper-parameters of PPO; defaults: rl-baselines3-zoo's tuned CartPole-v1 PPO.
 
-    The defaults are rl-baselines3-zoo's CartPole settings. Faster on CartPole-v1 on a 2-core
-    CPU: ``PPOConfig(lr=2e-3, async_collection=True, workers=1)`` (one worker collects the next
-    256-frame batch while the learner trains on this one). Over 10 seeds it reached a mean
-    return of 475 in a median 23.6k frames against 34.7k for Stable-Baselines3's zoo PPO, at
-    2.2x its frames per second (``benchmarks/ppo_vs_sb3.py``,
-    ``benchmarks/results/ppo_cartpole.md``; the lr from ``benchmarks/ppo_frames_sweep.py``).
+    γ 0.98, λ 0.8, lr 1e-3 linear, clip 0.2 linear, 20 epochs, minibatch 256, 2×64 tanh MLPs,
+    Adam eps 1e-5, grad-norm 0.5 (DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml``).
+    Faster on CartPole-v1 on a 2-core CPU: ``PPOConfig(lr=2e-3, async_collection=True,
+    workers=1)``: one worker collects the next batch while the learner trains on this one, and
+    lr 2e-3 was the best of 1e-3 / 1.5e-3 / 2e-3 / 2.5e-3 over 10 seeds, confirmed on 10
+    held-out seeds (``benchmarks/ppo_frames_sweep.py``,
+    ``benchmarks/results/ppo_frames_sweep*.md``). Against Stable-Baselines3's zoo PPO:
+    ``benchmarks/ppo_vs_sb3.py``, ``benchmarks/results/ppo_cartpole.md``.
     """
 
-    algorithm: Literal["ppo"] = "ppo"
-    """Clipped PPO (Schulman et al., 2017, arXiv:1707.06347)."""
+    epochs: int = 20
+    """Passes over each batch."""
+    minibatch_size: int = 256
+    """Frames per gradient step (rounded to whole sequences for recurrent policies)."""
+    clip_epsilon: float = 0.2
+    """Clip ε (Schulman et al., 2017, arXiv:1707.06347, Eq. 7)."""
+    anneal_clip: bool = True
+    """Decay ε linearly to 0 with the learning rate (zoo ``clip_range: lin_0.2``)."""
+    clip_value: float | None = None
+    """Value clipping radius (None: no value clipping)."""
+    normalize_advantage: bool = True
+    """Standardise advantages per minibatch."""
+    target_kl: float | None = None
+    """Stop the epochs of a batch early once ``kl_approx`` exceeds 1.5 × this (SB3's rule)."""
+    hand_gradients: bool = True
+    """Take each gradient with :meth:`SequencePPOLoss.forward_backward
+    <ac_extensions.objectives.SequencePPOLoss.forward_backward>` (hand-derived gradients for
+    feed-forward MLP actor-critics, autograd otherwise) instead of ``loss(batch)`` and
+    ``backward()``: the same gradients up to float rounding, at less cost per step
+    (``benchmarks/results/ppo_update.md``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("epochs", "minibatch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
-def train(
+def build(config: PPOConfig):
+    """Networks, loss, optimiser for ``config``.
+
+    Returns:
+        ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
+        (:class:`~ac_extensions.modules.FlatParameters`: the loss's parameters and gradients in
+        one buffer each, so zeroing, clipping and the Adam update are one op each).
+    """
+    actor, critic = make_networks(config)
+    loss = SequencePPOLoss(
+        actor,
+        critic,
+        clip_epsilon=config.clip_epsilon,
+        clip_value=config.clip_value,
+        normalize_advantage=config.normalize_advantage,
+        entropy_coeff=config.entropy_coeff,
+        critic_coeff=config.critic_coeff,
+        loss_critic_type="l2",
+        # The loss calls the networks directly instead of swapping functional parameters in.
+        functional=False,
+    )
+    flat = FlatParameters(loss.parameters())
+    optimizer = FlatAdam(flat, lr=config.lr, eps=1e-5, fused=True)
+    return actor, critic, loss, optimizer, flat
+
+
+def train(  # noqa: C901 (one loop, read top to bottom)
     config: PPOConfig | None = None, *, checkpoint: Checkpointer | None = None
 ) -> Iterator[dict[str, float]]:
-    """Train PPO; yield one dict of scalar metrics per batch (see ``on_policy.train``)."""
-    return on_policy.train(config or PPOConfig(), checkpoint=checkpoint)
+    """Run PPO; yield one dict of scalar metrics per collected batch.
+
+    With a ``checkpoint``, a run resumes from its newest checkpoint (networks, optimiser,
+    counters, random streams; only the frames still missing from ``config.frames`` are
+    collected) and saves one every ``checkpoint.every`` batches and after the last.
+
+    Faults (:class:`~ac_extensions.runtime.NonFiniteGuard`): an update with a NaN/inf loss or
+    gradient norm is skipped, a batch with a NaN/inf observation or reward is dropped; both
+    warn and count (``train/skipped_updates``, ``train/skipped_batches``), and
+    ``max_nonfinite_updates`` in a row raise ``NonFiniteError``. A collector worker that dies
+    raises ``WorkerError``. Either stops the run before the batch in progress is checkpointed.
+    """
+    config = config or PPOConfig()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    actor, critic, loss_module, optimizer, flat = build(config)
+    num_batches = math.ceil(config.frames / config.batch_frames)
+    progress = Progress(config.return_window)
+    counters = resume(checkpoint, loss_module, optimizer, progress, generator)
+    done = counters.get("batches", 0)
+    guard = NonFiniteGuard(config.max_nonfinite_updates)
+    guard.load_state_dict(counters)
+    if done >= num_batches:
+        return
+    collector = start_collector(
+        config,
+        partial(make_env, config),
+        collection_policy(actor, critic),
+        frames=config.frames - progress.frames,
+        seed=config.seed + done,
+        asynchronous=config.async_collection,
+    )
+    keys = loss_module.tensor_keys  # what a minibatch keeps: the loss's inputs, and the mask
+    inputs = {*actor.in_keys, *critic.in_keys, keys.action, keys.sample_log_prob, keys.advantage}
+    inputs |= {keys.value_target, keys.value, ("collector", "mask")}
+    try:
+        collect_start = time.perf_counter()
+        for iteration, batch in enumerate(collector, start=done):
+            # 1. Collect: [W·E, T] (async: one worker's [E, T]).
+            collect_time = time.perf_counter() - collect_start
+            batch = batch.reshape(-1, batch.shape[-1])
+            returns, versions = finished_returns(batch), collector_metrics(batch)
+            learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
+            update_start = time.perf_counter()
+            if learn and config.reshape_reward is not None:  # (logged returns stay the env's)
+                batch["next", "reward"] = config.reshape_reward(
+                    batch["observation"],
+                    batch["action"],
+                    batch["next", "reward"],
+                    batch["next", "done"],
+                )
+
+            # 2. Targets: GAE with the pre-update critic.
+            if learn:
+                compute_advantages(batch, critic, config.gamma, config.lmbda)
+                loss_module.validate(batch)  # once per batch; the minibatches skip the checks
+                loss_module.check_inputs = False
+                batch = batch.select(*inputs, strict=False)
+
+            # Schedules: linear decay over the run (progress measured before this update).
+            remaining = 1.0 - iteration / num_batches
+            lr = config.lr * (remaining if config.anneal_lr else 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            if config.anneal_clip:
+                loss_module.clip_epsilon.fill_(config.clip_epsilon * remaining)
+
+            # 3. Losses and steps: epochs × shuffled minibatches.
+            epochs = config.epochs if learn else 0
+            logs: dict[str, list[float]] = {}
+            stopped_early = 0.0
+            for epoch in range(epochs):
+                cuts = list(minibatches(batch, config.minibatch_size, generator, config))
+                # Diagnostics (entropy, clip fraction, KL, ...) on the last minibatch of the
+                # last epoch, or of every epoch when the KL early stop needs them.
+                diagnose = config.target_kl is not None or epoch == epochs - 1
+                for index, minibatch in enumerate(cuts):
+                    loss_module.diagnostics = diagnose and index == len(cuts) - 1
+                    if config.hand_gradients:  # the losses, and their gradient in .grad
+                        out = loss_module.forward_backward(minibatch)
+                    else:
+                        out = loss_module(minibatch)
+                        flat.zero_grad()
+                        sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+                    grad_norm = float(flat.clip_grad_norm_(config.max_grad_norm))
+                    values = {key: float(value.detach()) for key, value in out.items()}
+                    total = sum(v for k, v in values.items() if k.startswith("loss_"))
+                    if not guard.update_ok(total, grad_norm):
+                        continue  # NaN/inf loss or gradient: no step (warned, counted)
+                    optimizer.step()
+                    for key, value in values.items():
+                        logs.setdefault(key, []).append(value)
+                    logs.setdefault("grad_norm", []).append(grad_norm)
+                kl = logs.get("kl_approx", [0.0])[-1]
+                if config.target_kl is not None and kl > 1.5 * config.target_kl:
+                    stopped_early = 1.0
+                    break
+            loss_module.diagnostics = True
+
+            # 4. New weights to the workers; metrics.
+            collector.update_policy_weights_()
+            update_time = time.perf_counter() - update_start
+            metrics = {f"train/{k}": sum(v) / len(v) for k, v in logs.items()}
+            metrics |= progress.update(batch.numel(), returns) | guard.metrics()
+            metrics |= versions | {
+                "train/lr": lr,
+                "train/stopped_early": stopped_early,
+                "time/collect": collect_time,
+                "time/update": update_time,
+            }
+            if config.eval_every and (iteration + 1) % config.eval_every == 0:
+                evaluation = evaluate(actor, config, config.eval_episodes)
+                metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
+            yield metrics
+            if checkpoint is not None:
+                state = partial(
+                    training_state,
+                    loss_module,
+                    optimizer,
+                    progress,
+                    generator,
+                    batches=iteration + 1,
+                    **guard.state_dict(),
+                )
+                checkpoint.maybe_save(iteration + 1, state, final=iteration + 1 == num_batches)
+            collect_start = time.perf_counter()
+    finally:
+        stop_collector(collector)
 
 
-__all__ = ["PPOConfig", "train"]
+__all__ = ["PPOConfig", "build", "make_env", "train"]

@@ -35,22 +35,23 @@ from torchrl.objectives import HardUpdate
 from ac_extensions.data import PrioritizedSequenceSampler
 from ac_extensions.modules import make_reactor_actor, reactor_env_transforms
 from ac_extensions.objectives import ReactorLoss
-from ac_extensions.recipes._common import (
+from ac_extensions.runtime import (
     Checkpointer,
     NonFiniteGuard,
     Progress,
     ReplayFeed,
-    RunConfig,
     close_replay,
     collector_metrics,
+    finished_returns,
     label_sequences,
+    make_replay_buffer,
     resume,
     start_collector,
     stop_collector,
     training_state,
 )
-from ac_extensions.recipes.envs import action_size, make_batched_env
-from ac_extensions.recipes.on_policy import finished_returns
+from ac_extensions.runtime.config import RunConfig
+from ac_extensions.runtime.envs import action_size, make_batched_env
 
 SEQUENCE_KEY = ("replay", "sequence")
 """Per-row sequence id written before storage: the sampler's trajectory key (a window never
@@ -280,9 +281,10 @@ def make_replay(config: ReactorConfig) -> TensorDictReplayBuffer:
     ``"td_error"`` by ``update_tensordict_priority`` (a max over each sequence's steps, which
     all hold the loss's per-sequence priority).
 
-    With ``config.backend == "ray"`` the same buffer lives in a Ray actor (TorchRL's
-    ``RayReplayBuffer``): the collector actors extend it, the sampler and its priorities stay
-    inside the actor, and :func:`learner_step` samples and updates priorities through it.
+    With ``config.backend == "ray"`` the same buffer lives in a Ray actor
+    (:func:`~ac_extensions.runtime.make_replay_buffer`): the collector actors extend it, the
+    sampler and its priorities stay inside the actor, and :func:`learner_step` samples and
+    updates priorities through it.
     """
     slots = config.replay_slots
     sampler = partial(
@@ -295,14 +297,14 @@ def make_replay(config: ReactorConfig) -> TensorDictReplayBuffer:
         traj_key=SEQUENCE_KEY,
     )
     storage = partial(LazyTensorStorage, slots)
-    kwargs = dict(batch_size=config.batch_size * config.sequence_length, priority_key="td_error")
-    if config.backend == "ray":
-        from ac_extensions.recipes._ray import make_ray_replay
-
-        return make_ray_replay(
-            config, TensorDictReplayBuffer, storage=storage, sampler=sampler, **kwargs
-        )
-    return TensorDictReplayBuffer(storage=storage(), sampler=sampler(), **kwargs)
+    return make_replay_buffer(
+        config,
+        TensorDictReplayBuffer,
+        storage=storage,
+        sampler=sampler,
+        batch_size=config.batch_size * config.sequence_length,
+        priority_key="td_error",
+    )
 
 
 def _mean(values: list[float]) -> float:
@@ -381,9 +383,9 @@ def train(
     written), ``train/weight_min`` (smallest importance weight sampled), ``train/grad_norm``,
     ``train/learner_steps`` / ``train/target_updates`` (cumulative),
     ``train/replay_frames``, plus the returns and throughput of
-    :class:`~ac_extensions.recipes._common.Progress`.
+    :class:`~ac_extensions.runtime.Progress`.
 
-    Faults (see :class:`~ac_extensions.recipes._common.NonFiniteGuard`): an update with a
+    Faults (see :class:`~ac_extensions.runtime.NonFiniteGuard`): an update with a
     NaN/inf loss or gradient norm is skipped (no priorities, no target-network step), a batch
     with a NaN/inf observation or reward is dropped (not stored, owes no learner steps); both
     warn and count (``train/skipped_updates``, ``train/skipped_batches``), and

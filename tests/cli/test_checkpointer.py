@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ac_extensions.recipes._common import (
+from ac_extensions.runtime import (
     Checkpointer,
     CheckpointError,
     Progress,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ac_extensions.cli import evaluate, plot, train
-from ac_extensions.recipes._common import Checkpointer
+from ac_extensions.runtime import Checkpointer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--rollout-length", "16", "--quiet"]

@@ -33,7 +33,10 @@ def test_equals_the_loss_module_on_a_flat_batch(settings):
     torch.manual_seed(0)
     actor, critic = make_actor_critic(OBS, ACT, hidden_sizes=(16,))
     kw = dict(clip_epsilon=0.2, entropy_coeff=0.01, critic_coeff=0.5) | settings
-    module = SequencePPOLoss(actor, critic, loss_critic_type="l2", functional=False, **kw)
+    # fast_path=False: TorchRL's ClipPPOLoss math (the fast path is this function itself).
+    module = SequencePPOLoss(
+        actor, critic, loss_critic_type="l2", functional=False, fast_path=False, **kw
+    )
     # Behaviour log-probs perturbed by 0.3: ratios spread on both sides of the clip range.
     td = on_policy_batch((N,), networks=(actor, critic), log_prob_noise=0.3, observation_size=OBS)
     expected = module(td.clone())

@@ -17,7 +17,7 @@ from ac_extensions.modules import (
     reactor_env_transforms,
     reactor_hidden_state_keys,
 )
-from ac_extensions.recipes.envs import make_batched_env
+from ac_extensions.runtime.envs import make_batched_env
 
 OBS, ACT, ATOMS, HID = 4, 2, 5, 8
 STATE_KEYS = reactor_hidden_state_keys("policy") + reactor_hidden_state_keys("critic")

@@ -11,7 +11,7 @@ import pytest
 from torchrl.weight_update import SharedMemWeightSyncScheme
 
 from ac_extensions.recipes import PPOConfig, ppo
-from ac_extensions.recipes._common import SharedWeights, start_method
+from ac_extensions.runtime.collection import SharedWeights, start_method
 
 
 def test_weight_sync_scheme_does_no_work_in_its_finaliser(monkeypatch):

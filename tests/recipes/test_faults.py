@@ -28,17 +28,21 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer
 
 from ac_extensions.cli import train as train_cli
-from ac_extensions.recipes import PPOConfig, on_policy
-from ac_extensions.recipes import _common as common
-from ac_extensions.recipes._common import (
+from ac_extensions.modules import collection_policy
+from ac_extensions.recipes import PPOConfig
+from ac_extensions.recipes import ppo as ppo_recipe
+from ac_extensions.runtime import (
     Checkpointer,
     NonFiniteError,
     NonFiniteGuard,
     TrainingWarning,
     WorkerError,
+    sequences,
     start_collector,
     stop_collector,
 )
+from ac_extensions.runtime import checkpoint as checkpoint_module
+from ac_extensions.runtime import collection as common
 
 RAISE_AT = 40
 """``RaisingCartPole-v0`` raises in its 40th step: in the third batch of 16 steps. (An env takes
@@ -92,7 +96,7 @@ def collectors(monkeypatch) -> list:
         started.append(start_collector(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(on_policy, "start_collector", recording)
+    monkeypatch.setattr(ppo_recipe, "start_collector", recording)
     return started
 
 
@@ -238,7 +242,7 @@ def _fail_half_way(stage: str, monkeypatch, replay) -> None:
 
         monkeypatch.setattr(replay, "dumps", dumps)
     else:  # the checkpoint is complete and renamed; writing the pointer fails
-        monkeypatch.setattr(common, "atomic_write_text", _full_disk)
+        monkeypatch.setattr(checkpoint_module, "atomic_write_text", _full_disk)
 
 
 @pytest.mark.parametrize("stage", ["state", "replay", "pointer"])
@@ -328,9 +332,9 @@ def _wait_dead(pid: int, timeout: float = 10.0) -> None:
 def test_worker_killed_while_weights_sync_raises_worker_error_instead_of_hanging():
     # TorchRL waits for the weight acknowledgment of a dead worker forever.
     config = replace(TINY, frames=10_000)
-    actor, critic, *_ = on_policy.build(config)
-    policy = on_policy.collection_policy(actor, critic)
-    collector = start_collector(config, partial(on_policy.make_env, config), policy)
+    actor, critic, *_ = ppo_recipe.build(config)
+    policy = collection_policy(actor, critic)
+    collector = start_collector(config, partial(ppo_recipe.make_env, config), policy)
     try:
         next(iter(collector))
         pid = collector.procs[0].pid
@@ -354,7 +358,7 @@ def test_worker_killed_while_weights_sync_raises_worker_error_instead_of_hanging
 
 @pytest.mark.timeout(150)
 def test_worker_killed_mid_run_stops_the_run_and_keeps_the_checkpoint(collectors, tmp_path):
-    run = on_policy.train(replace(TINY, frames=10_000), checkpoint=Checkpointer(tmp_path, every=1))
+    run = ppo_recipe.train(replace(TINY, frames=10_000), checkpoint=Checkpointer(tmp_path, every=1))
     next(run)
     next(run)  # checkpoint 1 written on the way
     pid = collectors[0].procs[0].pid
@@ -424,7 +428,7 @@ def test_nan_rewards_drop_their_batches_and_a_streak_stops_the_run(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(NonFiniteError, match="2 non-finite batches in a row") as raised:
-            for m in on_policy.train(config, checkpoint=Checkpointer(tmp_path, every=1)):
+            for m in ppo_recipe.train(config, checkpoint=Checkpointer(tmp_path, every=1)):
                 metrics.append(m)
     assert "batch of 32 frames dropped: non-finite ('next', 'reward') (32 of 32)" in str(
         raised.value
@@ -460,10 +464,10 @@ class _Client:
 
 @pytest.mark.parametrize("return_stored", [False, True])
 def test_ray_feeder_never_stores_a_non_finite_batch(return_stored):
-    from ac_extensions.recipes._ray import ReplayFeeder
+    from ac_extensions.runtime.ray_backend import ReplayFeeder
 
     keys = ("observation", ("next", "observation"), ("next", "reward"), ("next", "done"))
-    feed = common.ReplayFeed(None, keys, ("replay", "sequence"), 0.5, 0, return_stored)
+    feed = sequences.ReplayFeed(None, keys, ("replay", "sequence"), 0.5, 0, return_stored)
     client = _Client()
     feeder = ReplayFeeder(client, feed, index=0, num_collectors=1)
 

@@ -57,11 +57,11 @@ def test_recurrent_ppo_beats_feedforward_on_masked_cartpole():
 
 
 @pytest.mark.timeout(180)
-def test_tensor_update_takes_the_same_steps_as_the_loss_module():
-    # TensorPath with hand-written gradients (the default for feed-forward PPO), and with
-    # autograd, against the loss module: same minibatches, same losses and gradients, so the
-    # same metrics batch after batch (float rounding aside). Value clipping and an entropy
-    # bonus on, so every branch of the hand-written gradient is used.
+def test_hand_gradients_take_the_same_steps_as_autograd():
+    # The recipe trains through SequencePPOLoss either way: forward_backward (hand-derived
+    # gradients for the default MLPs) or loss(batch) + backward(). Same minibatches, same
+    # losses and gradients, so the same metrics batch after batch (float rounding aside).
+    # Value clipping and an entropy bonus on, so every branch of the hand gradient is used.
     config = PPOConfig(
         frames=1024,
         workers=1,
@@ -73,9 +73,8 @@ def test_tensor_update_takes_the_same_steps_as_the_loss_module():
     )
     hand = run(ppo_recipe.train, config)
     autograd = run(ppo_recipe.train, replace(config, hand_gradients=False))
-    slow = run(ppo_recipe.train, replace(config, tensor_update=False))
-    assert len(hand) == len(autograd) == len(slow) == 4
-    keys = [k for k in slow[0] if k.startswith("train/") and k != "train/lr"]
+    assert len(hand) == len(autograd) == 4
+    keys = [k for k in autograd[0] if k.startswith("train/") and k != "train/lr"]
     assert {
         "train/loss_objective",
         "train/loss_entropy",
@@ -83,25 +82,11 @@ def test_tensor_update_takes_the_same_steps_as_the_loss_module():
         "train/value_clip_fraction",
         "train/grad_norm",
     } <= set(keys)
-    for a, b, c in zip(hand, autograd, slow, strict=True):
+    for a, b in zip(hand, autograd, strict=True):
         for key in keys:
-            assert a[key] == pytest.approx(c[key], rel=1e-3, abs=1e-5), key
-            assert b[key] == pytest.approx(c[key], rel=1e-3, abs=1e-5), key
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-5), key
     # The updates did something: the policy moved away from the behaviour policy.
     assert hand[-1]["train/kl_approx"] != 0
-
-
-def test_hand_gradients_apply_to_the_default_networks_only():
-    from ac_extensions.recipes.on_policy import TensorPath, build
-
-    config = PPOConfig()
-    actor, critic, loss_module, *_ = build(config)
-    assert TensorPath(actor, critic, loss_module, config).writes_gradients
-    off = replace(config, hand_gradients=False)
-    assert not TensorPath(actor, critic, loss_module, off).writes_gradients
-    # A layer MLPBackprop does not handle: autograd instead.
-    critic.module.insert(1, torch.nn.Dropout(0.0))
-    assert not TensorPath(actor, critic, loss_module, config).writes_gradients
 
 
 @pytest.mark.timeout(120)
@@ -183,7 +168,7 @@ def test_async_collection_needs_the_local_backend():
 def test_training_sequences_train_every_step_once_after_a_burn_in():
     from tensordict import TensorDict
 
-    from ac_extensions.recipes.on_policy import training_sequences
+    from ac_extensions.runtime.on_policy import training_sequences
 
     steps = torch.arange(12).expand(2, 12).clone()
     windows = training_sequences(TensorDict({"step": steps}, [2, 12]), length=4, burn_in=2)

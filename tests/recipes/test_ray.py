@@ -19,7 +19,7 @@ from tensordict import TensorDict
 from ac_extensions.cli._config import UsageError
 from ac_extensions.cli.train import parse
 from ac_extensions.recipes import a2c, acer, reactor
-from ac_extensions.recipes._common import Checkpointer, RunConfig, close_replay
+from ac_extensions.runtime import Checkpointer, RunConfig, close_replay
 
 WORKERS = 2
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torchrl.envs import EnvBase, GymWrapper, InitTracker, RewardSum, TransformedEnv
 
-from ac_extensions.recipes._vector_env import VectorGymEnv
-from ac_extensions.recipes.envs import make_batched_env, make_gym_env
+from ac_extensions.runtime.envs import make_batched_env, make_gym_env
+from ac_extensions.runtime.vector_env import VectorGymEnv
 
 
 def _vector(env_id: str, n: int) -> gym.vector.SyncVectorEnv:

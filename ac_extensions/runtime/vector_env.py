@@ -174,5 +174,6 @@ class VectorGymEnv(EnvBase):
         return next_td, observation, done_np
 
     def close(self, *, raise_if_closed: bool = True) -> None:
+        """Close the gymnasium vector env and this TorchRL env."""
         self._env.close()
         super().close(raise_if_closed=raise_if_closed)

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 from torchrl.envs import CatTensors, EnvBase, GymWrapper, RewardSum, Transform, TransformedEnv
 
-from ac_extensions.recipes._vector_env import VectorGymEnv
+from ac_extensions.runtime.vector_env import VectorGymEnv
 
 POSITION = [0, 2]  # cart position x, pole angle θ
 VELOCITY = [1, 3]  # cart velocity ẋ, pole angular velocity θ̇
@@ -113,7 +113,7 @@ def make_batched_env(
     One TorchRL step drives all copies (gymnasium ``SyncVectorEnv`` with same-step autoreset),
     so TorchRL's per-step overhead is paid once per ``num_envs`` frames. Without transforms, a
     ``Box`` observation and a ``Discrete`` or ``Box`` action space give the lean
-    :class:`~ac_extensions.recipes._vector_env.VectorGymEnv` (the same data as TorchRL's
+    :class:`~ac_extensions.runtime.vector_env.VectorGymEnv` (the same data as TorchRL's
     ``GymWrapper`` + ``RewardSum`` stack, at about half the collection cost); everything else
     (transforms, ``Dict`` observations) uses that stack. At a done step
     ``("next", "observation")`` is the final observation of the episode (a truncated step can
@@ -144,7 +144,7 @@ def make_batched_env(
         transform_factory: optional callable returning a TorchRL transform for observation
             preprocessing, appended after the concatenation (must be picklable for workers).
         extra_transforms: further transforms (e.g. a recurrent policy's primers).
-        lean: allow :class:`~ac_extensions.recipes._vector_env.VectorGymEnv`. ``False`` keeps
+        lean: allow :class:`~ac_extensions.runtime.vector_env.VectorGymEnv`. ``False`` keeps
             TorchRL's stack, whose construction also draws from torch's global random stream
             (``GymWrapper`` checks its specs with a random-action rollout): code whose seeded
             runs must repeat those from before the lean env existed passes ``False``.

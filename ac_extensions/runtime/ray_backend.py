@@ -47,7 +47,9 @@ import torch
 from tensordict import NestedKey, TensorDictBase
 from torch import nn
 
-from ac_extensions.recipes._common import CHECKED_KEYS, ReplayFeed, RunConfig, label_sequences
+from ac_extensions.runtime.config import RunConfig
+from ac_extensions.runtime.guards import CHECKED_KEYS
+from ac_extensions.runtime.sequences import ReplayFeed, label_sequences
 
 EXTRA_HINT = "pip install 'ac-extensions[ray]'"
 """How to get the optional dependency."""
@@ -149,7 +151,7 @@ class ReplayFeeder:
     """``postproc`` of one collector actor: writes its batch into the Ray-hosted replay.
 
     Runs inside the actor on each rollout ``[E, T]`` (after TorchRL's ``Collector`` has
-    counted its frames): :func:`~ac_extensions.recipes._common.label_sequences` keeps
+    counted its frames): :func:`~ac_extensions.runtime.sequences.label_sequences` keeps
     ``feed.keys``, scales the rewards and gives row r of this actor's b-th batch the sequence
     id ``feed.first_sequence + (b · num_collectors + index) · E + r`` (unique across actors,
     so a replayed sequence never spans two rows); the flat steps ``[E · T]`` go to the replay
@@ -158,7 +160,7 @@ class ReplayFeeder:
 
     Args:
         client: a ``RayReplayBuffer.client()`` (picklable, no shutdown rights).
-        feed: what to store (:class:`~ac_extensions.recipes._common.ReplayFeed`).
+        feed: what to store (:class:`~ac_extensions.runtime.sequences.ReplayFeed`).
         index: this actor's index i in ``[0, num_collectors)``.
         num_collectors: W.
     """
@@ -264,7 +266,7 @@ def start_ray_collector(
     are seeded like ``MultiSyncCollector``'s workers (``set_seed``: consecutive seeds) and
     receive the learner's weights once before the first batch. The collector holds a
     :class:`RayRuntime` lease (attribute ``ray_runtime``), released by
-    :func:`~ac_extensions.recipes._common.stop_collector`.
+    :func:`~ac_extensions.runtime.collection.stop_collector`.
 
     On a one-node cluster (the actors share the learner's cores) the learner leaves them their
     cores as ``MultiSyncCollector`` does for its workers: torch threads max(1, threads − W)

@@ -1,0 +1,80 @@
+"""The plumbing under the recipes: collection, checkpoints, guards, progress, run config.
+
+One file per job, imported one way (recipes → runtime → objectives / modules / data;
+``tests/test_layering.py`` checks it):
+
+* :mod:`~ac_extensions.runtime.config`: :class:`RunConfig`, the fields every recipe shares.
+* :mod:`~ac_extensions.runtime.envs`: batched TorchRL envs over gymnasium (classic control,
+  Atari, the test envs), the lean :class:`~ac_extensions.runtime.vector_env.VectorGymEnv`.
+* :mod:`~ac_extensions.runtime.collection`: start, supervise and stop TorchRL's collectors
+  (:func:`start_collector`, :class:`WorkerError`, :func:`shutdown_collector`); workers exit
+  when the learner dies.
+* :mod:`~ac_extensions.runtime.ray_backend`: the same collection on Ray (``backend="ray"``).
+* :mod:`~ac_extensions.runtime.replay`: the recipe's replay buffer, local or in a Ray actor
+  (:func:`make_replay_buffer`).
+* :mod:`~ac_extensions.runtime.on_policy`: what A2C and PPO share (env, networks, GAE,
+  minibatches, evaluation).
+* :mod:`~ac_extensions.runtime.sequences`: collected rows as replayable sequences
+  (:func:`label_sequences`, :class:`ReplayFeed`).
+* :mod:`~ac_extensions.runtime.guards`: :class:`NonFiniteGuard` (skip NaN/inf updates and
+  batches).
+* :mod:`~ac_extensions.runtime.progress`: :class:`Progress` (returns, frames, fps),
+  :func:`finished_returns`.
+* :mod:`~ac_extensions.runtime.checkpoint`: :class:`Checkpointer` (atomic, resumable).
+"""
+
+from __future__ import annotations
+
+from ac_extensions.runtime.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    atomic_write_text,
+    load_loss_state_dict,
+    loss_state_dict,
+    resume,
+    training_state,
+)
+from ac_extensions.runtime.collection import (
+    WORKER_TRACEBACKS_VARIABLE,
+    SupervisedAsyncCollector,
+    SupervisedCollector,
+    WorkerError,
+    shutdown_collector,
+    start_collector,
+    stop_collector,
+    watch_parent,
+)
+from ac_extensions.runtime.config import RunConfig
+from ac_extensions.runtime.guards import NonFiniteError, NonFiniteGuard, TrainingWarning
+from ac_extensions.runtime.progress import Progress, collector_metrics, finished_returns
+from ac_extensions.runtime.replay import close_replay, make_replay_buffer
+from ac_extensions.runtime.sequences import ReplayFeed, label_sequences
+
+__all__ = [
+    "WORKER_TRACEBACKS_VARIABLE",
+    "CheckpointError",
+    "Checkpointer",
+    "NonFiniteError",
+    "NonFiniteGuard",
+    "Progress",
+    "ReplayFeed",
+    "RunConfig",
+    "SupervisedAsyncCollector",
+    "SupervisedCollector",
+    "TrainingWarning",
+    "WorkerError",
+    "atomic_write_text",
+    "close_replay",
+    "collector_metrics",
+    "finished_returns",
+    "label_sequences",
+    "load_loss_state_dict",
+    "loss_state_dict",
+    "make_replay_buffer",
+    "resume",
+    "shutdown_collector",
+    "start_collector",
+    "stop_collector",
+    "training_state",
+    "watch_parent",
+]

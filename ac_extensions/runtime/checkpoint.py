@@ -1,0 +1,280 @@
+"""Checkpoints: atomic writes of a run's state (networks, optimiser, replay, RNG, counters)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ac_extensions.runtime.guards import TrainingWarning
+from ac_extensions.runtime.progress import Progress
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Every random stream a recipe draws from: torch (CPU, CUDA), numpy, ``random``, its own."""
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),  # noqa: NPY002 (global stream)
+        "python": random.getstate(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "generator": None if generator is None else generator.get_state(),
+    }
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
+    """Restore what :func:`rng_state` saved."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])  # noqa: NPY002
+    random.setstate(state["python"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if generator is not None and state["generator"] is not None:
+        generator.set_state(state["generator"])
+
+
+LAZY_PREFIX = "_value_estimator."
+"""Buffers of the value estimator a TorchRL loss builds on its first call (γ, λ copied from the
+config): left out of checkpoints, since a loss just built does not have them yet."""
+
+
+def loss_state_dict(loss: nn.Module) -> dict[str, Any]:
+    """The loss's state dict (networks, average/target parameters) without lazy buffers."""
+    return {k: v for k, v in loss.state_dict().items() if not k.startswith(LAZY_PREFIX)}
+
+
+def load_loss_state_dict(loss: nn.Module, state: dict[str, Any]) -> None:
+    """Load :func:`loss_state_dict` into a loss (strictly, lazy buffers aside)."""
+    state = {k: v for k, v in state.items() if not k.startswith(LAZY_PREFIX)}
+    missing, unexpected = loss.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith(LAZY_PREFIX)]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint does not match the loss: missing {missing}, unexpected {unexpected}"
+        )
+
+
+def training_state(
+    loss: nn.Module, optimizer, progress: Progress, generator=None, **counters
+) -> dict[str, Any]:
+    """One checkpoint's content.
+
+    The loss's state (networks, average/target parameters), the optimiser's, the progress, the
+    random streams and the recipe's counters (``batches``, ...).
+    """
+    return {
+        "loss": loss_state_dict(loss),
+        "optimizer": optimizer.state_dict(),
+        "progress": progress.state_dict(),
+        "rng": rng_state(generator),
+        "counters": counters,
+    }
+
+
+def restore_training_state(
+    state: dict[str, Any], loss: nn.Module, optimizer, progress: Progress, generator=None
+) -> dict[str, Any]:
+    """Load :func:`training_state` back into the objects; return the counters."""
+    load_loss_state_dict(loss, state["loss"])
+    optimizer.load_state_dict(state["optimizer"])
+    progress.load_state_dict(state["progress"])
+    set_rng_state(state["rng"], generator)
+    return dict(state["counters"])
+
+
+def resume(checkpoint, loss: nn.Module, optimizer, progress: Progress, generator=None) -> dict:
+    """Restore the newest checkpoint of ``checkpoint`` (a :class:`Checkpointer` or None).
+
+    Returns:
+        The saved counters (``{}`` for a fresh run).
+    """
+    state = None if checkpoint is None else checkpoint.load()
+    if state is None:
+        return {}
+    return restore_training_state(state, loss, optimizer, progress, generator)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing or cannot be read."""
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``.
+
+    Readers see the old content or the new one, never half of it (also after a SIGKILL).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Checkpointer:
+    """Atomic checkpoints of one run in ``directory``, every ``every`` updates and at the end.
+
+    Layout: ``directory/latest`` names the newest complete checkpoint, ``directory/ckpt-<N>/``
+    (N: updates done) holds ``state.pt`` (``torch.save`` of the recipe's state dict) and, for
+    off-policy recipes, ``replay/`` (``ReplayBuffer.dumps``; a memmap storage is copied as its
+    memmap files). A checkpoint is written into a temporary directory that is then renamed, and
+    ``latest`` is replaced atomically after it, so a run killed at any moment (SIGKILL
+    included) leaves the previous complete checkpoint readable; older ones are then deleted.
+    A write that fails (a full disk) leaves it too, and no partial files; a periodic save that
+    fails only warns, the final one raises (:meth:`maybe_save`).
+
+    Args:
+        directory: where the checkpoints go.
+        every: save after every this many updates (collected batches); 0: only at the end.
+        extra: optional callable whose dict is saved along (the caller's own counters, e.g.
+            the CLI's threshold tracker); :meth:`load` returns it under ``"extra"``.
+    """
+
+    POINTER = "latest"
+    STATE = "state.pt"
+    REPLAY = "replay"
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        every: int = 10,
+        extra: Callable[[], dict] | None = None,
+    ) -> None:
+        if every < 0:
+            raise ValueError(f"every must be >= 0, got {every}")
+        self.directory = Path(directory)
+        self.every = every
+        self.extra = extra
+        self.failed_saves = 0
+        """Periodic saves that failed (and were skipped with a warning) so far."""
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint, or None if there is none."""
+        pointer = self.directory / self.POINTER
+        if not pointer.is_file():
+            return None
+        path = self.directory / pointer.read_text().strip()
+        if not (path / self.STATE).is_file():
+            raise CheckpointError(f"{pointer} names {path.name}, which has no {self.STATE}")
+        return path
+
+    def load(self) -> dict[str, Any] | None:
+        """The newest checkpoint's state dict (None if there is none).
+
+        Raises:
+            CheckpointError: when the checkpoint cannot be read.
+        """
+        path = self.latest()
+        if path is None:
+            return None
+        try:
+            state = torch.load(path / self.STATE, map_location="cpu", weights_only=False)
+        except Exception as error:  # truncated, not a torch file, unpickling failure
+            raise CheckpointError(f"cannot read {path / self.STATE}: {error}") from error
+        if not isinstance(state, dict) or "counters" not in state:
+            raise CheckpointError(f"{path / self.STATE} is not a training checkpoint")
+        return state
+
+    def load_replay(self, replay) -> None:
+        """Fill ``replay`` (built empty by the recipe) from the newest checkpoint."""
+        path = self.latest()
+        if path is None or not (path / self.REPLAY).is_dir():
+            raise CheckpointError(f"no replay saved in {self.directory}")
+        replay.loads(path / self.REPLAY)
+
+    def maybe_save(
+        self, updates: int, state: Callable[[], dict[str, Any]], *, replay=None, final=False
+    ) -> Path | None:
+        """Save ``state()`` (and ``replay``) every ``every`` updates and when ``final``.
+
+        A periodic save that fails with an ``OSError`` (a full disk, a lost mount) warns
+        (:class:`TrainingWarning`) and the run goes on: the previous checkpoint stays the newest,
+        intact, and the next periodic save tries again. The final save raises instead, so that
+        a run never ends as complete without its last checkpoint.
+
+        Returns:
+            The checkpoint's path, or None when nothing was saved.
+        """
+        if not final and (self.every == 0 or updates % self.every):
+            return None
+        if final:
+            return self.save(updates, state(), replay=replay)
+        try:
+            return self.save(updates, state(), replay=replay)
+        except OSError as error:
+            self.failed_saves += 1
+            warnings.warn(
+                f"{error}; training goes on and the next checkpoint tries again",
+                TrainingWarning,
+                stacklevel=2,
+            )
+            return None
+
+    def _pointed(self) -> str | None:
+        try:
+            return (self.directory / self.POINTER).read_text().strip() or None
+        except OSError:
+            return None
+
+    def save(self, updates: int, state: dict[str, Any], *, replay=None) -> Path:
+        """Write a checkpoint atomically (temporary directory, rename, pointer, clean-up).
+
+        A write that fails half-way (``ENOSPC``: the disk is full) removes what it wrote and
+        leaves the previous checkpoint and the ``latest`` pointer as they were.
+
+        Raises:
+            OSError: the write failed; the message names the checkpoint and the one kept.
+        """
+        if self.extra is not None:
+            state = state | {"extra": self.extra()}
+        name = f"ckpt-{updates:09d}"
+        final = self.directory / name
+        tmp = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".{name}."))
+            with open(tmp / self.STATE, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if replay is not None:
+                replay.dumps(tmp / self.REPLAY)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            atomic_write_text(self.directory / self.POINTER, name + "\n")
+        except BaseException as error:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if final.exists() and self._pointed() != name:  # renamed, but the pointer failed
+                shutil.rmtree(final, ignore_errors=True)
+            if not isinstance(error, OSError):
+                raise
+            kept = self._pointed()
+            message = (
+                f"checkpoint {name} not written in {self.directory} "
+                f"({error.strerror or error}); "
+                + (f"{kept} is still the newest, intact" if kept else "there is no earlier one")
+            )
+            if error.errno is None:
+                raise OSError(message) from error
+            raise OSError(error.errno, message) from error
+        for old in self.directory.iterdir():  # older checkpoints and interrupted writes
+            if old.is_dir() and old.name != name and old.name.lstrip(".").startswith("ckpt-"):
+                shutil.rmtree(old, ignore_errors=True)
+        return final

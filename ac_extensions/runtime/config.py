@@ -1,0 +1,179 @@
+"""Run configurations: the fields every recipe shares, and those the on-policy recipes share."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Fields common to every recipe (defaults: CartPole-v1 on this 2-core machine)."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium id (a discrete action space; the ACER recipe also takes a 1-D Box)."""
+    frames: int = 100_000
+    """Total environment frames to collect."""
+    workers: int = 2
+    """Collector worker processes (W); this machine has 2 cores."""
+    envs_per_worker: int = 8
+    """Environments each worker steps at once (E): amortises TorchRL's per-step overhead."""
+    rollout_length: int = 32
+    """Steps per environment per batch (T); a batch is W·E·T frames."""
+    gamma: float = 0.98
+    """Discount γ."""
+    lr: float = 1e-3
+    """Learning rate."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus coefficient."""
+    critic_coeff: float = 0.5
+    """Critic loss coefficient."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP widths."""
+    return_window: int = 20
+    """Finished episodes averaged in ``train/return_window``."""
+    seed: int = 0
+    """Seed for torch and the environments."""
+    device: str = "cpu"
+    """Learner device (``cpu`` or ``cuda``); workers step the environments on CPU."""
+    backend: Literal["local", "ray"] = "local"
+    """Collection backend: ``local`` (TorchRL's ``MultiSyncCollector``, W worker processes on
+    this machine) or ``ray`` (TorchRL's ``RayCollector``, W collector actors on a Ray cluster;
+    ACER and Reactor then keep their replay in a Ray actor the collectors write into; needs
+    the ``ray`` extra, see :mod:`ac_extensions.runtime.ray_backend`)."""
+    start_method: Literal["fork", "spawn", "forkserver"] | None = None
+    """How the local backend starts its worker processes (``multiprocessing`` start methods).
+    ``spawn`` (TorchRL's default) starts a fresh interpreter that imports torch, TorchRL and
+    the env again: ~4–5 s per run on this machine before the first frame. ``fork`` copies the
+    learner process instead (~0.1 s); Linux/macOS only, and not with a CUDA learner (CUDA does
+    not survive a fork). None: ``fork`` where that is possible (a CPU learner on Linux),
+    otherwise ``spawn``."""
+    ray_address: str | None = None
+    """Ray cluster to join with backend ``ray`` (``auto``, ``HOST:6379``, ``ray://HOST:10001``);
+    None starts a local Ray instance for the run and stops it afterwards."""
+    max_nonfinite_updates: int = 10
+    """Fault tolerance: an update whose loss or gradient norm is NaN/inf is skipped (no
+    optimiser step), a batch with a NaN/inf observation or reward is dropped (no learning, not
+    stored); each warns and counts in ``train/skipped_updates`` / ``train/skipped_batches``.
+    This many in a row stop the run (``NonFiniteError``, no checkpoint written for it)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "frames",
+            "workers",
+            "envs_per_worker",
+            "rollout_length",
+            "return_window",
+            "max_nonfinite_updates",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"gamma must lie in [0, 1], got {self.gamma}")
+        if self.backend not in ("local", "ray"):
+            raise ValueError(f"backend must be 'local' or 'ray', got {self.backend!r}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise ValueError(
+                f"ray_address ({self.ray_address!r}) needs backend 'ray', got {self.backend!r}"
+            )
+        if self.start_method not in (None, "fork", "spawn", "forkserver"):
+            raise ValueError(
+                f"start_method must be 'fork', 'spawn', 'forkserver' or None, got "
+                f"{self.start_method!r}"
+            )
+        if self.start_method == "fork" and torch.device(self.device).type == "cuda":
+            raise ValueError(
+                "start_method 'fork' cannot be used with a CUDA learner (CUDA does not survive "
+                "a fork): use 'spawn'"
+            )
+        if self.backend == "ray" and torch.device(self.device).type != "cpu":
+            raise ValueError(
+                f"backend 'ray' runs the learner on CPU (its actors act on CPU and receive "
+                f"CPU weights), got device {self.device!r}"
+            )
+
+    @property
+    def frames_per_batch(self) -> int:
+        """W · E · T."""
+        return self.workers * self.envs_per_worker * self.rollout_length
+
+    @property
+    def worker_start_method(self) -> str:
+        """The start method the local collector's workers use (``start_method`` resolved)."""
+        if self.start_method is not None:
+            return self.start_method
+        if sys.platform == "linux" and torch.device(self.device).type == "cpu":
+            return "fork"
+        return "spawn"
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig(RunConfig):
+    """Fields the on-policy recipes (A2C, PPO) share on top of :class:`RunConfig`.
+
+    Defaults: rl-baselines3-zoo's tuned CartPole-v1 PPO (γ 0.98, λ 0.8, lr 1e-3 linear, 2×64
+    tanh MLPs; DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml``); A2C's recipe overrides them.
+    """
+
+    lmbda: float = 0.8
+    """GAE λ (Schulman et al., 2016, arXiv:1506.02438, Eq. 16)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over ``frames`` (SB3's ``lin_`` schedules)."""
+    recurrent: Literal["lstm", "gru"] | None = None
+    """Shared recurrent memory for actor and critic (``None``: feed-forward)."""
+    recurrent_size: int = 64
+    """Hidden size of the recurrent memory."""
+    sequence_length: int | None = None
+    """Training sequence length L for recurrent policies (None: the whole rollout, T); T must
+    be a multiple of L."""
+    burn_in: int = 0
+    """Steps replayed before each training sequence only to warm up the hidden state (masked
+    out of the loss; Kapturowski et al., 2019, R2D2, §3). 0: start from the stored state."""
+    observation_keys: tuple[str, ...] = ("observation",)
+    """Observation entries; several (Dict observations) are concatenated."""
+    transform_factory: Callable | None = None
+    """Picklable callable returning a TorchRL transform (observation preprocessing)."""
+    reshape_reward: Callable | None = None
+    """torch-ac's hook ``reshape_reward(obs, action, reward, done) -> reward`` (tensors of the
+    batch); logged returns stay the environment's."""
+    eval_every: int = 0
+    """Evaluate the greedy policy every this many batches (0: never)."""
+    eval_episodes: int = 5
+    """Episodes per evaluation."""
+    torch_threads: int | None = None
+    """Threads for the learner (None: torch's default)."""
+    async_collection: bool = False
+    """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``): each batch is
+    then one worker's E·T frames, in the order the workers finish, and the workers start their
+    next rollout at once, with weights that the learner's updates replace mid-rollout (each
+    step's behaviour log-prob is stored with it, so PPO's ratio stays exact). Faster when the
+    learner would otherwise leave cores idle; the batch order depends on timing, so runs are
+    not bit-reproducible. Local backend only."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.lmbda <= 1:
+            raise ValueError(f"lmbda must lie in [0, 1], got {self.lmbda}")
+        length = self.sequence_length or self.rollout_length
+        if self.rollout_length % length or not 0 <= self.burn_in <= self.rollout_length - length:
+            raise ValueError(
+                f"sequence_length {length} must divide rollout_length {self.rollout_length}, and "
+                f"burn_in {self.burn_in} must lie in [0, rollout_length - sequence_length]"
+            )
+        if self.async_collection and self.backend != "local":
+            raise ValueError(f"async_collection needs backend 'local', got {self.backend!r}")
+
+    @property
+    def batch_frames(self) -> int:
+        """Frames per learner batch: W·E·T, or one worker's E·T with ``async_collection``."""
+        return (
+            self.frames_per_batch // self.workers
+            if self.async_collection
+            else self.frames_per_batch
+        )

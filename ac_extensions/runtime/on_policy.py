@@ -1,0 +1,168 @@
+"""What the on-policy recipes (A2C, PPO) share: their env, networks, advantages, minibatches.
+
+* :func:`make_env`: the env one worker steps (E copies, plus the recurrent primers).
+* :func:`make_networks`: actor and critic for the env's specs.
+* :func:`compute_advantages`: GAE once per batch with the pre-update critic.
+* :func:`minibatches`: shuffled minibatches of steps, or of whole sequences
+  (:func:`training_sequences`) for recurrent policies.
+* :func:`evaluate`: greedy-policy returns on a fresh env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.envs import ExplorationType, set_exploration_type
+from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
+from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.envs import make_batched_env, observation_size
+from ac_extensions.runtime.progress import finished_returns
+
+
+def make_env(config: OnPolicyConfig):
+    """The env one worker steps: E copies, plus the recurrent policy's primers if any."""
+    extra = ()
+    if config.recurrent is not None:
+        probe = make_actor_critic(
+            1,
+            2,
+            hidden_sizes=config.hidden_sizes,
+            recurrent=config.recurrent,
+            recurrent_size=config.recurrent_size,
+        )
+        extra = (recurrent_env_transforms(collection_policy(*probe)),)
+    return make_batched_env(
+        config.env_id,
+        config.envs_per_worker,
+        observation_keys=config.observation_keys,
+        transform_factory=config.transform_factory,
+        extra_transforms=extra,
+    )
+
+
+def make_networks(config: OnPolicyConfig):
+    """Actor and critic (:func:`~ac_extensions.modules.make_actor_critic`) on ``config.device``.
+
+    The observation size and the number of actions come from a probe env.
+    """
+    probe = make_env(config)
+    obs_dim = observation_size(probe)
+    num_actions = int(probe.full_action_spec["action"].space.n)
+    probe.close()
+    actor, critic = make_actor_critic(
+        obs_dim,
+        num_actions,
+        hidden_sizes=config.hidden_sizes,
+        recurrent=config.recurrent,
+        recurrent_size=config.recurrent_size,
+    )
+    return actor.to(config.device), critic.to(config.device)
+
+
+@torch.no_grad()
+def compute_advantages(batch: TensorDictBase, critic, gamma: float, lmbda: float) -> None:
+    """GAE once per batch ``[B, T]`` with the pre-update critic, written into ``batch``.
+
+    Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γ V(x_{t+1}) (1 − terminated_t) − V(x_t), the trace
+    cut at ``done`` (Schulman et al., 2016, arXiv:1506.02438, Eq. 16; TorchRL's
+    ``generalized_advantage_estimate``). V(x_{t+1}) is read from ``("next", ...)``, so a
+    truncated episode bootstraps from its own last observation. V is evaluated step by step
+    from the stored hidden state (exactly the collection-time computation for a recurrent
+    critic).
+
+    Writes ``advantage`` and ``value_target`` (Â_t + V(x_t)), and ``state_value`` (V(x_t),
+    what PPO's value clipping measures against), each ``[B, T, 1]``.
+    """
+    flat = batch.reshape(-1)
+    value = critic(flat.select(*critic.in_keys, strict=False).clone())["state_value"]
+    next_value = critic(flat["next"].select(*critic.in_keys, strict=False).clone())["state_value"]
+    value = value.reshape(*batch.shape, 1)
+    advantage, value_target = generalized_advantage_estimate(
+        gamma,
+        lmbda,
+        value,
+        next_value.reshape(*batch.shape, 1),
+        batch["next", "reward"],
+        batch["next", "done"],
+        batch["next", "terminated"],
+    )
+    batch.set("advantage", advantage)
+    batch.set("value_target", value_target)
+    batch.set("state_value", value)
+
+
+def training_sequences(batch: TensorDictBase, length: int, burn_in: int) -> TensorDictBase:
+    """Cut ``[B, T]`` rows into windows of ``burn_in + length`` steps for recurrent training.
+
+    Window i trains on steps [i·L, (i+1)·L) of its row; the ``burn_in`` steps before them
+    (after them for the first window) are replayed but masked out of the loss through
+    ``("collector", "mask")``, so every step is trained exactly once and each window starts
+    ``burn_in`` steps earlier than its trained part, from the state stored there.
+
+    Returns:
+        ``[B · T/L, burn_in + L]`` windows.
+    """
+    rows, time = batch.shape
+    width = burn_in + length
+    starts = [max(0, i * length - burn_in) for i in range(time // length)]
+    index = torch.tensor(starts).unsqueeze(-1) + torch.arange(width)  # [n, width]
+    windows = batch[:, index].reshape(rows * len(starts), width)
+    trained = torch.zeros(len(starts), width, dtype=torch.bool)
+    for i, start in enumerate(starts):
+        offset = i * length - start
+        trained[i, offset : offset + length] = True
+    windows.set(("collector", "mask"), trained.repeat(rows, 1))
+    return windows
+
+
+def minibatches(
+    batch: TensorDictBase, size: int, generator: torch.Generator, config: OnPolicyConfig
+) -> Iterator[TensorDictBase]:
+    """One epoch of shuffled minibatches of ``batch`` ``[B, T]``, about ``size`` frames each.
+
+    Feed-forward policies: minibatches of single steps ``[size]``. Recurrent ones: of whole
+    sequences ``[size // L, burn_in + L]`` (:func:`training_sequences`), which the loss replays
+    from their stored hidden state. A minibatch that would hold every step is the batch
+    itself, unshuffled (its losses are means over the steps, which the order does not
+    change; the permutation is drawn all the same, so the generator's stream does not depend
+    on it).
+    """
+    if config.recurrent is None:
+        flat = batch.reshape(-1)
+        order = torch.randperm(flat.shape[0], generator=generator)
+        if size >= flat.shape[0]:
+            yield flat
+            return
+        for start in range(0, flat.shape[0], size):
+            yield flat[order[start : start + size]]
+        return
+    length = config.sequence_length or batch.shape[1]
+    if length != batch.shape[1] or config.burn_in:
+        batch = training_sequences(batch, length, config.burn_in)
+    rows = max(1, size // length)
+    order = torch.randperm(batch.shape[0], generator=generator)
+    for start in range(0, batch.shape[0], rows):
+        yield batch[order[start : start + rows]]
+
+
+def evaluate(actor, config: OnPolicyConfig, episodes: int) -> list[float]:
+    """Greedy-policy returns of ``episodes`` episodes on a fresh env (seed ``seed + 10000``)."""
+    env = make_batched_env(
+        config.env_id,
+        1,
+        observation_keys=config.observation_keys,
+        transform_factory=config.transform_factory,
+        extra_transforms=(recurrent_env_transforms(actor),) if config.recurrent else (),
+    )
+    env.set_seed(config.seed + 10_000)
+    returns: list[float] = []
+    with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+        while len(returns) < episodes:
+            rollout = env.rollout(10_000, actor, break_when_any_done=True)
+            returns.extend(finished_returns(rollout))
+    env.close()
+    return returns[:episodes]
