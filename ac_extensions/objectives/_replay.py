@@ -79,6 +79,43 @@ def next_step_outputs(
     return tuple(out)
 
 
+def cut_traces_at_padding(
+    tensordict: TensorDictBase, mask: Tensor | None, done_key: NestedKey
+) -> TensorDictBase:
+    """End every trace at the last valid step of a row: padding is never read by a target.
+
+    TorchRL's ``split_trajectories`` (and a slice sampler's ``strict_length=False``) pads a
+    trajectory cut short by the batch end after a step that is *not* done. Retrace-style
+    targets read step t + 1 wherever ``done`` is unset, so without this the targets of the
+    last valid steps would mix in the padding. Here ``("next", done)`` of a shallow copy is also
+    set at the last valid step of each run of valid steps and at every padded step:
+    d̃_t = d_t ∨ ¬m_t ∨ ¬m_{t+1} (m_T = 0). ``terminated`` is left alone, so a trajectory cut
+    by the batch end still bootstraps from its own next observation, V(x_{t+1}) read from
+    ``("next", ...)``, exactly as at the window end.
+
+    Args:
+        tensordict: sequences, batch [*B, T] (time last).
+        mask: the valid steps m, shape [*B, T] (``valid_mask``); None: nothing to cut.
+        done_key: the done flag inside ``("next", ...)``, shape [*B, T, 1] bool.
+
+    Returns:
+        ``tensordict`` itself when ``mask`` is None, else a shallow copy with the new
+        ``("next", done_key)`` (the input is not modified).
+    """
+    if mask is None:
+        return tensordict
+    nxt = tensordict.get("next")
+    done = nxt.get(done_key)  # [*B, T, 1]
+    valid = mask.reshape(done.shape[:-1])  # m_t                                 [*B, T]
+    following = torch.cat([valid[..., 1:], torch.zeros_like(valid[..., :1])], -1)  # m_{t+1}
+    ends = (~valid | ~following).unsqueeze(-1)  # padded, or the last valid step  [*B, T, 1]
+    out = tensordict.clone(recurse=False)
+    nxt = nxt.clone(recurse=False)
+    nxt.set(done_key, done | ends)
+    out.set("next", nxt)
+    return out
+
+
 def burn_in(
     tensordict: TensorDictBase,
     steps: int,

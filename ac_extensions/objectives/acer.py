@@ -14,7 +14,13 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import burn_in, is_recurrent, masked_mean, next_step_outputs
+from ac_extensions.objectives._replay import (
+    burn_in,
+    cut_traces_at_padding,
+    is_recurrent,
+    masked_mean,
+    next_step_outputs,
+)
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 from ac_extensions.objectives.value import ACValueEstimators
 
@@ -331,6 +337,9 @@ class ACERLoss(LossModule):
         if tensordict.batch_dims == 1:  # a single sequence [T]
             tensordict = tensordict.unsqueeze(0)
             action, behavior_log_probs = action.unsqueeze(0), behavior_log_probs.unsqueeze(0)
+        # Padded steps end the traces: no target reads past a row's last valid step.
+        mask = valid_mask(self, tensordict)  # [*B, T] or None
+        tensordict = cut_traces_at_padding(tensordict, mask, keys.done)
         nxt = tensordict.get("next")
 
         # Current policy as its statistics φ = π(·|x_t); log π = log φ so that g = ∂J/∂φ.
@@ -401,7 +410,6 @@ class ACERLoss(LossModule):
             penalty = F.trust_region_loss(kl, g, k, self.trust_region_delta)
             active = (F.trust_region_multiplier(g, k, self.trust_region_delta) > 0).to(kl.dtype)
 
-        mask = valid_mask(self, tensordict)
         out = TensorDict(
             {
                 "loss_objective": self._mean(policy_loss + penalty, mask),

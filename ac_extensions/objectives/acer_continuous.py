@@ -15,7 +15,13 @@ from torchrl.modules import IndependentNormal, set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import burn_in, is_recurrent, masked_mean, next_step_outputs
+from ac_extensions.objectives._replay import (
+    burn_in,
+    cut_traces_at_padding,
+    is_recurrent,
+    masked_mean,
+    next_step_outputs,
+)
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 
 _GAUSSIAN_CLASSES = (IndependentNormal, Normal)
@@ -411,6 +417,12 @@ class ContinuousACERLoss(LossModule):
                 f"got shape {list(action.shape)} ({action.dtype})"
             )
         expected = list(action.shape)
+        # Values are checked on the valid steps only: padding (zeros) is never used.
+        valid = valid_mask(self, tensordict)  # [*B, T] or None
+
+        def on_valid(value: Tensor) -> Tensor:
+            return value if valid is None else value[valid]
+
         for key in (keys.behavior_loc, keys.behavior_scale):
             value = tensordict.get(key)
             if list(value.shape) != expected:
@@ -418,13 +430,13 @@ class ContinuousACERLoss(LossModule):
                     f"{name}: {key!r} must have the action's shape {expected} "
                     f"([*B, T, d]), got {list(value.shape)}"
                 )
-            bad = ~torch.isfinite(value)
+            bad = ~torch.isfinite(on_valid(value))
             if bool(bad.any()):
                 raise ValueError(
                     f"{name}: {key!r} (shape {list(value.shape)}) has {int(bad.sum())} "
                     f"non-finite entries"
                 )
-        scale = tensordict.get(keys.behavior_scale)
+        scale = on_valid(tensordict.get(keys.behavior_scale))
         if bool((scale <= 0).any()):
             raise ValueError(
                 f"{name}: {keys.behavior_scale!r} must be > 0 (a standard deviation), found "
@@ -444,7 +456,8 @@ class ContinuousACERLoss(LossModule):
             if key != keys.reward and value.dtype != torch.bool:
                 raise ValueError(f"{name}: ('next', {key!r}) must be bool, got {value.dtype}")
         reward = tensordict.get(("next", keys.reward))
-        bad = ~torch.isfinite(reward)
+        valid = valid_mask(self, tensordict)
+        bad = ~torch.isfinite(reward if valid is None else reward[valid])
         if bool(bad.any()):
             raise ValueError(
                 f"{name}: ('next', {keys.reward!r}) must be finite with shape {[*batch, 1]}, got "
@@ -522,6 +535,18 @@ class ContinuousACERLoss(LossModule):
         tensordict = tensordict.unsqueeze(0) if single else tensordict
         if self.burn_in:  # the first steps only warm the memories up; the losses see the rest
             tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
+        # Padded steps end the traces: no target reads past a row's last valid step; their
+        # behavior statistics (zeros from split_trajectories) become N(0, 1), so that no NaN
+        # arises there (µ's density is never used at a padded step).
+        mask = valid_mask(self, tensordict)
+        tensordict = cut_traces_at_padding(tensordict, mask, self.tensor_keys.done)
+        if mask is not None:
+            keys = self.tensor_keys
+            padded = ~mask.unsqueeze(-1)  # [*B, T, 1]
+            tensordict = tensordict.clone(recurse=False)
+            for key, fill in ((keys.behavior_loc, 0.0), (keys.behavior_scale, 1.0)):
+                value = tensordict.get(key)
+                tensordict.set(key, value.masked_fill(padded, fill))
         return tensordict, single
 
     def targets(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -14,7 +14,12 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._replay import is_recurrent, masked_mean, next_step_outputs
+from ac_extensions.objectives._replay import (
+    cut_traces_at_padding,
+    is_recurrent,
+    masked_mean,
+    next_step_outputs,
+)
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 
 __all__ = ["ReactorLoss"]
@@ -426,6 +431,8 @@ class ReactorLoss(LossModule):
         if tensordict.batch_dims == 1:  # a single sequence [T]
             tensordict = tensordict.unsqueeze(0)
             action, log_mu = action.unsqueeze(0), log_mu.unsqueeze(0)
+        # Padded steps end the traces: no target or priority reads past the last valid step.
+        tensordict = cut_traces_at_padding(tensordict, valid_mask(self, tensordict), keys.done)
         nxt = tensordict.get("next")
         logits, critic = self._online(tensordict)
         self._check_outputs(tensordict.batch_size, logits, critic, action)
