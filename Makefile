@@ -11,7 +11,7 @@ $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,ray]"
+	$(BIN)/pip install --quiet -e ".[test,ray,minatar]"
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate

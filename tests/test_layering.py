@@ -43,6 +43,7 @@ ALLOWED = {
         "numpy",
         "gymnasium",
         "ale_py",
+        "minatar",
         "ray",
         "ac_extensions.functional",
         "ac_extensions.modules",

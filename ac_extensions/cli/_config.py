@@ -113,15 +113,37 @@ def _converter(hint) -> tuple[Callable[[str], Any], list | None]:
     return str, None
 
 
+FAMILIES = {"minatar": "MinAtar", "atari": "Atari"}
+"""Env families whose defaults differ from a config's own (``FAMILY_DEFAULTS``), as named in
+the flags' help."""
+
+
+def _family_help(config_cls: type) -> dict[str, str]:
+    """Per field, ``"; MinAtar: v; Atari: w"`` for the families that change its default."""
+    tables = {
+        label: config_cls.defaults_for_family(family)
+        for family, label in FAMILIES.items()
+        if hasattr(config_cls, "defaults_for_family")
+    }
+    notes: dict[str, str] = {}
+    for label, table in tables.items():
+        for name, value in table.items():
+            value = ",".join(map(str, value)) if isinstance(value, tuple) else value
+            notes[name] = notes.get(name, "") + f"; {label}: {value}"
+    return notes
+
+
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, defaults=None) -> None:
     """One flag per field of ``config_cls``; values absent from the command line are left out.
 
     The parsed namespace holds only the flags given (``argparse.SUPPRESS``), so a caller can
-    layer them over the config's defaults or over a saved config (``--resume``).
+    layer them over the config's defaults or over a saved config (``--resume``). The help
+    names the defaults that differ per env family (``FAMILY_DEFAULTS``).
     """
     defaults = defaults or {}
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
+    family_notes = _family_help(config_cls)
     group = parser.add_argument_group(f"{config_cls.__name__} fields")
     for field in dataclasses.fields(config_cls):
         if field.name in SKIPPED:
@@ -142,7 +164,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, defaults
             choices=choices,
             default=argparse.SUPPRESS,
             metavar=field.name.upper() if choices is None else None,
-            help=f"{text} (default: {default})",
+            help=f"{text} (default: {default}{family_notes.get(field.name, '')})",
         )
 
 
@@ -200,16 +222,23 @@ def check_env_id(env_id: str) -> float | None:
     """Raise :class:`UsageError` for an unknown gymnasium id; return its reward threshold.
 
     Accepts ``gym.make``'s ``module:Id`` form too (the module, imported first, registers
-    ``Id``; the collector workers import it the same way).
+    ``Id``; the collector workers import it the same way). Atari (``ALE/…``) and MinAtar
+    (``MinAtar/…``, the ``minatar`` extra) ids are registered first, as the envs do.
     """
     import gymnasium as gym
 
-    import ac_extensions.runtime.envs  # noqa: F401  (registers MaskedCartPole-v1, ...)
+    # (importing the module registers MaskedCartPole-v1, ...)
+    from ac_extensions.runtime.envs import MINATAR_PREFIX, register_minatar
 
     if env_id.startswith("ALE/"):
         import ale_py
 
         gym.register_envs(ale_py)
+    if env_id.startswith(MINATAR_PREFIX):
+        try:
+            register_minatar()
+        except ImportError as error:
+            raise UsageError(f"environment {env_id!r}: {error}") from error
     module, _, name = env_id.rpartition(":")
     if module:
         try:

@@ -3,16 +3,22 @@
     ac-train ppo --env CartPole-v1 --frames 60000 --seed 1 --out runs/ppo-1
     ac-train ppo --resume runs/ppo-1          # continue a stopped (even SIGKILLed) run
     ac-train acer --help                      # every ACERConfig field, with its documentation
+    ac-train ppo --env MinAtar/Breakout-v1    # MinAtar's defaults (PPOConfig.for_env)
 
 Writes into ``--out DIR``: ``run.json`` (algorithm and config), ``logs/`` (TorchRL logger;
 CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines), ``summary.json``
 (rewritten atomically after every batch) and ``checkpoints/`` (see
 :class:`~ac_extensions.runtime.Checkpointer`).
+
+Fields not given on the command line take the recipe's defaults for the env's family
+(classic control, MinAtar, Atari: ``Config.for_env``, see :mod:`ac_extensions.runtime.config`);
+a resumed run keeps its saved config.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import inspect
 import json
@@ -118,7 +124,9 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
             raise UsageError("--out and --resume name different directories")
         args.out = args.resume
     else:
-        config = make_config(config_cls, given)
+        # Defaults per env family (MinAtar, Atari) under the flags given: Config.for_env.
+        env_id = given.get("env_id", config_cls.env_id)
+        config = make_config(config_cls, config_cls.family_defaults(env_id) | given)
     args.threshold = _threshold(args.threshold, config.env_id)
     if args.out is None:
         env = config.env_id.replace("/", "_")
@@ -144,7 +152,7 @@ def _find_resume(argv: list[str]) -> Path | None:
 
 def config_to_values(config) -> dict[str, Any]:
     """The config's fields as keyword arguments (tuples kept)."""
-    return {k: getattr(config, k) for k in config.__dataclass_fields__}
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
 def _threshold(given: float | None, env_id: str) -> float | None:

@@ -13,6 +13,7 @@ from ac_extensions.modules.actor_critic import (
 from ac_extensions.modules.backprop import MLPBackprop
 from ac_extensions.modules.dueling import StochasticDuelingNetwork, make_continuous_actor_critic
 from ac_extensions.modules.flat import FlatAdam, FlatParameters
+from ac_extensions.modules.minatar import MinAtarCNN
 from ac_extensions.modules.reactor import (
     PreviousActionReward,
     make_reactor_actor,
@@ -25,6 +26,7 @@ __all__ = [
     "FlatAdam",
     "FlatParameters",
     "MLPBackprop",
+    "MinAtarCNN",
     "NatureCNN",
     "PreviousActionReward",
     "StochasticDuelingNetwork",

@@ -3,7 +3,7 @@
 ::
 
     observation ──► torso ──► features ──► [LSTM / GRU] ──► memory ──┬─► linear ──► logits
-                    (MLP or Nature CNN)          ▲  │                └─► linear ──► action_value
+        (MLP, Nature CNN or MinAtar CNN)          ▲  │                └─► linear ──► action_value
                ("recurrent_state_*") stored ─────┘  └──► ("next", "recurrent_state_*")
 
 The two heads share the torso (and the memory), as in the paper's Atari network and
@@ -27,6 +27,8 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import Tensor, nn
 from torchrl.modules import GRUModule, LSTMModule, ProbabilisticActor
+
+from ac_extensions.modules.minatar import MinAtarCNN
 
 
 class NatureCNN(nn.Module):
@@ -104,7 +106,7 @@ def make_acer_actor(
     observation_shape: int | Sequence[int],
     num_actions: int,
     *,
-    torso: Literal["mlp", "cnn"] = "mlp",
+    torso: Literal["mlp", "cnn", "minatar"] = "mlp",
     hidden_sizes: Sequence[int] = (64, 64),
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 128,
@@ -113,10 +115,14 @@ def make_acer_actor(
     """ACER's policy-plus-Q network for A discrete actions, as one TorchRL actor.
 
     Args:
-        observation_shape: observation size (MLP torso) or ``(C, 84, 84)`` (CNN torso).
+        observation_shape: observation size (MLP torso), ``(C, 84, 84)`` (CNN torso) or
+            ``(C, 10, 10)`` (MinAtar torso).
         num_actions: number of discrete actions A.
-        torso: ``"mlp"`` (tanh MLP of ``hidden_sizes``) or ``"cnn"`` (:class:`NatureCNN`).
-        hidden_sizes: MLP widths (ignored by the CNN torso).
+        torso: ``"mlp"`` (tanh MLP of ``hidden_sizes``), ``"cnn"`` (:class:`NatureCNN`, the
+            paper's Atari torso) or ``"minatar"`` (:class:`~ac_extensions.modules.MinAtarCNN`,
+            one 3×3 conv with 16 channels and 128 units; Young & Tian, 2019,
+            arXiv:1903.03176). The policy and Q heads share it, as they share the Nature CNN.
+        hidden_sizes: MLP widths (ignored by the convolutional torsos).
         recurrent: ``"lstm"`` or ``"gru"`` to put a memory after the torso; ``None``: none.
         recurrent_size: hidden size of the memory.
         observation_key: the observation entry to read.
@@ -132,16 +138,23 @@ def make_acer_actor(
         >>> out = actor(TensorDict({"observation": torch.randn(3, 4)}, [3]))
         >>> out["logits"].shape, out["action_value"].shape, out["action"].shape
         (torch.Size([3, 2]), torch.Size([3, 2]), torch.Size([3]))
+        >>> actor = make_acer_actor((4, 10, 10), 3, torso="minatar")
+        >>> out = actor(TensorDict({"observation": torch.zeros(2, 5, 4, 10, 10)}, [2, 5]))
+        >>> out["logits"].shape, out["action_value"].shape
+        (torch.Size([2, 5, 3]), torch.Size([2, 5, 3]))
     """
     if torso == "mlp":
         dim = observation_shape if isinstance(observation_shape, int) else observation_shape[-1]
         body: nn.Module = _mlp_torso(int(dim), hidden_sizes)
         width = hidden_sizes[-1] if hidden_sizes else int(dim)
-    elif torso == "cnn":
-        body = NatureCNN(int(observation_shape[0]))
+    elif torso in ("cnn", "minatar"):
+        if isinstance(observation_shape, int) or len(observation_shape) != 3:
+            raise ValueError(f"torso={torso!r} needs observation_shape = (C, H, W)")
+        cls = NatureCNN if torso == "cnn" else MinAtarCNN
+        body = cls(int(observation_shape[0]))
         width = body.features
     else:
-        raise ValueError(f"torso must be 'mlp' or 'cnn', got {torso!r}")
+        raise ValueError(f"torso must be 'mlp', 'cnn' or 'minatar', got {torso!r}")
     modules = [TensorDictModule(body, [observation_key], ["features"])]
     head_key = "features"
     if recurrent is not None:

@@ -5,6 +5,11 @@ Feed-forward::
     observation ──► MLP ──► logits ──► Categorical ──► action, action_log_prob     (actor)
     observation ──► MLP ──► state_value                                              (critic)
 
+With image observations the MLP is replaced by a convolutional torso and a linear head
+(``torso="minatar"``: :class:`~ac_extensions.modules.MinAtarCNN`, ``[*B, C, 10, 10]``;
+``torso="cnn"``: :class:`~ac_extensions.modules.NatureCNN`, ``[*B, C, 84, 84]``), one torso
+each for actor and critic as with the MLPs.
+
 Recurrent (separate memories for actor and critic, as SB3-contrib's RecurrentPPO: a shared
 memory lets the critic's larger gradients swamp the policy's, which measurably stopped PPO from
 learning CartPole here)::
@@ -39,6 +44,12 @@ from torchrl.envs.utils import exploration_type
 from torchrl.modules import MLP, GRUModule, LSTMModule, ProbabilisticActor, ValueOperator
 from torchrl.modules.utils import get_primers_from_module
 
+from ac_extensions.modules.acer import NatureCNN
+from ac_extensions.modules.minatar import MinAtarCNN
+
+Torso = Literal["mlp", "minatar", "cnn"]
+"""Observation torsos: a tanh MLP, the MinAtar network's, the Nature DQN's."""
+
 
 def _orthogonal_init(module: nn.Module, gain: float) -> nn.Module:
     for layer in module.modules():
@@ -63,20 +74,38 @@ def _mlp(in_features: int, out_features: int, hidden: Sequence[int], head_gain: 
     return net
 
 
+def _image_torso(torso: str, observation_shape) -> MinAtarCNN | NatureCNN:
+    """The convolutional torso ``torso`` for ``observation_shape`` = (C, H, W)."""
+    if isinstance(observation_shape, int) or len(observation_shape) != 3:
+        raise ValueError(
+            f"torso={torso!r} needs observation_shape (C, H, W), got {observation_shape!r}"
+        )
+    if torso == "minatar":
+        return MinAtarCNN(int(observation_shape[0]))
+    return NatureCNN(int(observation_shape[0]))
+
+
+def _image_net(torso: str, observation_shape, out_features: int, head_gain: float) -> nn.Module:
+    """Convolutional torso → linear head (orthogonal, ``head_gain``)."""
+    body = _image_torso(torso, observation_shape)
+    return nn.Sequential(body, _orthogonal_init(nn.Linear(body.features, out_features), head_gain))
+
+
 def _recurrent_branch(
     name: str,
     observation_key: str,
-    observation_dim: int,
+    observation_dim,
     out_features: int,
     hidden_sizes: Sequence[int],
     recurrent: str,
     recurrent_size: int,
     out_key: str,
     head_gain: float,
+    torso: str = "mlp",
 ) -> TensorDictSequential:
-    """Observation → MLP encoder → LSTM/GRU (its own hidden-state keys) → linear head."""
-    encoder = TensorDictModule(
-        _orthogonal_init(
+    """Observation → MLP (or conv) encoder → LSTM/GRU (its own hidden-state keys) → head."""
+    if torso == "mlp":
+        embed: nn.Module = _orthogonal_init(
             MLP(
                 in_features=observation_dim,
                 out_features=hidden_sizes[-1],
@@ -85,16 +114,18 @@ def _recurrent_branch(
                 activate_last_layer=True,
             ),
             2**0.5,
-        ),
-        [observation_key],
-        [f"{name}_embed"],
-    )
+        )
+        width = hidden_sizes[-1]
+    else:
+        embed = _image_torso(torso, observation_dim)
+        width = embed.features
+    encoder = TensorDictModule(embed, [observation_key], [f"{name}_embed"])
     hidden = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"]
     if recurrent == "gru":
         hidden = [f"{name}_recurrent_state"]
     memory_cls = {"lstm": LSTMModule, "gru": GRUModule}[recurrent]
     memory = memory_cls(
-        input_size=hidden_sizes[-1],
+        input_size=width,
         hidden_size=recurrent_size,
         in_keys=[f"{name}_embed", *hidden],
         out_keys=[f"{name}_memory", *(("next", k) for k in hidden)],
@@ -108,31 +139,62 @@ def _recurrent_branch(
 
 
 def make_actor_critic(
-    observation_dim: int,
+    observation_dim: int | Sequence[int],
     num_actions: int,
     *,
+    torso: Torso = "mlp",
     hidden_sizes: Sequence[int] = (64, 64),
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 64,
     observation_key: str = "observation",
 ) -> tuple[ProbabilisticActor, TensorDictModule]:
-    """Build a categorical actor and a state-value critic.
+    """Build a categorical actor and a state-value critic, each with its own torso.
+
+    Torsos: ``"mlp"`` (tanh MLP of ``hidden_sizes``, observations ``[*B, O]``); ``"minatar"``
+    (:class:`~ac_extensions.modules.MinAtarCNN`, the MinAtar paper's one 3×3 conv with 16
+    channels and 128 units, Young & Tian, 2019, arXiv:1903.03176; observations
+    ``[*B, C, 10, 10]``); ``"cnn"`` (:class:`~ac_extensions.modules.NatureCNN`, Mnih et al.,
+    2015; ``[*B, C, 84, 84]``). A convolutional torso is followed by a linear head (orthogonal
+    init, gain 0.01 for the logits, 1 for the value). Actor and critic get **separate** torsos,
+    as the MLPs here (and SB3's default for MLP policies); the MinAtar paper's AC(λ) shares one
+    torso between its two heads. Separate networks keep the losses' fast paths (which need the
+    actor's and critic's parameters disjoint) and keep the critic's gradients off the policy's
+    features; not yet compared with a shared torso on MinAtar.
 
     Args:
-        observation_dim: size of the (flat) observation.
+        observation_dim: size of the (flat) observation (``"mlp"``), or its shape
+            ``(C, H, W)`` (``"minatar"``: H = W = 10; ``"cnn"``: 84).
         num_actions: number of discrete actions A.
-        hidden_sizes: MLP widths (the encoder before the memory when recurrent).
-        recurrent: ``"lstm"`` or ``"gru"`` for recurrent memories, ``None`` for MLPs.
+        torso: ``"mlp"``, ``"minatar"`` or ``"cnn"``.
+        hidden_sizes: MLP widths (the encoder before the memory when recurrent); ignored by
+            the convolutional torsos.
+        recurrent: ``"lstm"`` or ``"gru"`` for recurrent memories after the torso (its
+            output is the memory's input), ``None`` for feed-forward networks.
         recurrent_size: hidden size of the memory.
         observation_key: the observation entry to read.
 
     Returns:
-        ``(actor, critic)``: the actor writes ``logits``, ``action`` (an index, shape ``[*B]``)
-        and ``action_log_prob``; the critic writes ``state_value`` (``[*B, 1]``).
+        ``(actor, critic)``: the actor writes ``logits`` (``[*B, A]``), ``action`` (an index,
+        shape ``[*B]``) and ``action_log_prob``; the critic writes ``state_value``
+        (``[*B, 1]``).
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> actor, critic = make_actor_critic((4, 10, 10), 3, torso="minatar")
+        >>> td = TensorDict({"observation": torch.zeros(5, 7, 4, 10, 10)}, [5, 7])
+        >>> actor(td)["logits"].shape, critic(td)["state_value"].shape
+        (torch.Size([5, 7, 3]), torch.Size([5, 7, 1]))
     """
-    if recurrent is None:
+    if torso not in ("mlp", "minatar", "cnn"):
+        raise ValueError(f"torso must be 'mlp', 'minatar' or 'cnn', got {torso!r}")
+    if recurrent is None and torso == "mlp":
         actor_net = _mlp(observation_dim, num_actions, hidden_sizes, head_gain=0.01)
         critic_net = _mlp(observation_dim, 1, hidden_sizes, head_gain=1.0)
+        actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
+        critic = ValueOperator(critic_net, in_keys=[observation_key])
+    elif recurrent is None:
+        actor_net = _image_net(torso, observation_dim, num_actions, head_gain=0.01)
+        critic_net = _image_net(torso, observation_dim, 1, head_gain=1.0)
         actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     else:
@@ -146,6 +208,7 @@ def make_actor_critic(
             recurrent_size,
             out_key="logits",
             head_gain=0.01,
+            torso=torso,
         )
         critic = _recurrent_branch(
             "critic",
@@ -157,6 +220,7 @@ def make_actor_critic(
             recurrent_size,
             out_key="state_value",
             head_gain=1.0,
+            torso=torso,
         )
     actor = ProbabilisticActor(
         actor_body,

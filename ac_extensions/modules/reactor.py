@@ -6,8 +6,8 @@
                        prev_reward  r_{t−1}, [*B, 1]
                                 │
     observation ─► torso ─► concat ─► lstm_input ─┬─► policy LSTM ─► linear ─► logits [*B, A]
-    (MLP or Nature CNN)     [*B, F+A+1]           │       ▲ │
-                                                  │stored │ └► ("next", "policy_recurrent_state_*")
+    (MLP, Nature CNN        [*B, F+A+1]           │       ▲ │
+     or MinAtar CNN)                              │stored │ └► ("next", "policy_recurrent_state_*")
                                                   │ ("policy_recurrent_state_h/c")
                                                   │
                                                   └─► critic LSTM ─► linear ─► action_value_logits
@@ -57,6 +57,7 @@ from torchrl.modules import LSTMModule, ProbabilisticActor
 
 from ac_extensions.modules.acer import NatureCNN, _mlp_torso
 from ac_extensions.modules.actor_critic import recurrent_env_transforms
+from ac_extensions.modules.minatar import MinAtarCNN
 
 PREV_ACTION_KEY = "prev_action"
 PREV_REWARD_KEY = "prev_reward"
@@ -219,7 +220,7 @@ def make_reactor_actor(
     observation_shape: int | Sequence[int],
     num_actions: int,
     *,
-    torso: Literal["mlp", "cnn"] = "mlp",
+    torso: Literal["mlp", "cnn", "minatar"] = "mlp",
     hidden_sizes: Sequence[int] = (64,),
     recurrent_size: int = 128,
     num_atoms: int = 51,
@@ -238,10 +239,14 @@ def make_reactor_actor(
     previous action/reward input and the stored recurrent state.
 
     Args:
-        observation_shape: observation size (MLP torso) or ``(C, 84, 84)`` (CNN torso).
+        observation_shape: observation size (MLP torso), ``(C, 84, 84)`` (CNN torso) or
+            ``(C, 10, 10)`` (MinAtar torso).
         num_actions: number of discrete actions A.
-        torso: ``"mlp"`` (tanh MLP of ``hidden_sizes``) or ``"cnn"`` (:class:`NatureCNN`).
-        hidden_sizes: MLP widths (ignored by the CNN torso; ``()``: no torso).
+        torso: ``"mlp"`` (tanh MLP of ``hidden_sizes``), ``"cnn"`` (:class:`NatureCNN`) or
+            ``"minatar"`` (:class:`~ac_extensions.modules.MinAtarCNN`: one 3×3 conv with 16
+            channels, then 128 units; Young & Tian, 2019, arXiv:1903.03176), shared by both
+            branches.
+        hidden_sizes: MLP widths (ignored by the convolutional torsos; ``()``: no torso).
         recurrent_size: hidden size of each LSTM.
         num_atoms: atoms N of the distributional Q head.
         distributional: ``True``: write ``action_value_logits`` [*B, A, N]; ``False``:
@@ -253,7 +258,8 @@ def make_reactor_actor(
             stored state (for Markov tasks such as CartPole-v1, where memory is not needed and
             replay skips the sequential LSTM pass); the actor then reads no ``is_init`` and no
             ``*_recurrent_state_*`` keys.
-        observation_key: the observation entry to read, shape [*B, D] or [*B, C, 84, 84].
+        observation_key: the observation entry to read, shape [*B, D], [*B, C, 84, 84] or
+            [*B, C, 10, 10].
 
     Returns:
         A ``ProbabilisticActor`` (Categorical on ``logits``, ``return_log_prob=True``). It
@@ -289,13 +295,14 @@ def make_reactor_actor(
         dim = observation_shape if isinstance(observation_shape, int) else observation_shape[-1]
         body: nn.Module = _mlp_torso(int(dim), hidden_sizes)
         width = hidden_sizes[-1] if hidden_sizes else int(dim)
-    elif torso == "cnn":
+    elif torso in ("cnn", "minatar"):
         if isinstance(observation_shape, int):
-            raise ValueError("torso='cnn' needs observation_shape = (C, 84, 84)")
-        body = NatureCNN(int(observation_shape[0]))
+            size = 84 if torso == "cnn" else 10
+            raise ValueError(f"torso={torso!r} needs observation_shape = (C, {size}, {size})")
+        body = (NatureCNN if torso == "cnn" else MinAtarCNN)(int(observation_shape[0]))
         width = body.features
     else:
-        raise ValueError(f"torso must be 'mlp' or 'cnn', got {torso!r}")
+        raise ValueError(f"torso must be 'mlp', 'cnn' or 'minatar', got {torso!r}")
     if num_atoms < 1:
         raise ValueError(f"num_atoms must be positive, got {num_atoms}")
     modules: list[TensorDictModule] = [TensorDictModule(body, [observation_key], ["features"])]

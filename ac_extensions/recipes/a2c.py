@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, ClassVar
 
 import torch
 
@@ -55,8 +56,19 @@ class A2CConfig(OnPolicyConfig):
 
     DLR-RM/rl-baselines3-zoo ``hyperparams/a2c.yml`` with SB3's A2C defaults: RMSprop lr 7e-4
     (α 0.99, eps 1e-5), γ 0.99, GAE λ 1.0, no entropy bonus, critic coefficient 0.5,
-    gradient-norm clip 0.5, constant learning rate.
+    gradient-norm clip 0.5, constant learning rate. MinAtar and Atari:
+    ``A2CConfig.for_env(env_id, ...)`` (``FAMILY_DEFAULTS``; what ``ac-train`` uses).
     """
+
+    FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        family: {"rollout_length": 5, "entropy_coeff": 0.01} for family in ("minatar", "atari")
+    }
+    """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): A3C/A2C's Atari settings, t_max
+    = 5 steps per update and entropy β = 0.01 (Mnih et al., 2016, arXiv:1602.01783,
+    experimental setup; also SB3's and rl-baselines3-zoo's Atari A2C), RMSprop 7e-4 as the class
+    default. Not yet measured on MinAtar or Atari with this recipe: placeholders awaiting
+    measurement."""
 
     frames: int = 200_000
     """Total environment frames to collect (SB3's A2C needs ~100k on CartPole-v1)."""

@@ -20,9 +20,10 @@ scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, ClassVar
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
@@ -59,6 +60,7 @@ from ac_extensions.runtime.envs import (
     make_batched_env,
     observation_shape,
     observation_size,
+    torso_for,
 )
 
 
@@ -73,8 +75,43 @@ class ACERConfig(RunConfig):
     replay ratio 16, γ 0.995) never in 40k (last window 451) / 21,440 / 25,600; with γ 0.99
     21,440 / never in 40k (best 385) / 32,480; with reward scale 1 and replay ratio 8 none of
     the three within 50k (best 450 / 481 / 321). The reward scale is what mattered: unscaled Q
-    targets near 100 made the critic's gradient (norm 17–183) swamp the clip at 10.
+    targets near 100 made the critic's gradient (norm 17–183) swamp the clip at 10. MinAtar
+    and Atari: ``ACERConfig.for_env(env_id, ...)`` (``FAMILY_DEFAULTS``; what ``ac-train``
+    uses).
     """
+
+    FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "minatar": {
+            "lr": 2.5e-4,
+            "reward_scale": 1.0,
+            "entropy_coeff": 0.01,
+            "replay_ratio": 4.0,
+            "replay_capacity": 100_000,
+            "replay_start": 5_000,
+            "batch_size": 16,
+        },
+        "atari": {
+            "lr": 1e-4,
+            "reward_scale": 1.0,
+            "entropy_coeff": 0.01,
+            "replay_ratio": 4.0,
+            "replay_capacity": 50_000,
+            "replay_start": 10_000,
+            "batch_size": 16,
+            "memmap": True,
+        },
+    }
+    """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). From the ACER paper and
+    openai/baselines (Wang et al., 2017, arXiv:1611.01224v2, §6): replay ratio 4, entropy
+    0.01, 16 sequences per update. MinAtar: the replay's size and start are the MinAtar DQN's
+    (100k frames, learning after 5k; Young & Tian, 2019, arXiv:1903.03176, kenjyoung/MinAtar
+    ``examples/dqn.py``; float observations, so 100k frames of Seaquest's 10 channels take
+    ~0.8 GB with the next observations); reward scale 1 because MinAtar's rewards are small
+    integers (mostly 0 or 1 a frame), as the paper's clipped Atari rewards; Adam 2.5e-4 is
+    the MinAtar DQN's step size (centered RMSprop there): an untuned placeholder. Atari: the
+    starting point of ``examples/acer_atari.py`` (Adam 1e-4, 50k frames in memory-mapped
+    files). None of these has been measured with this recipe yet."""
 
     frames: int = 60_000
     """Total environment frames to collect."""
@@ -138,9 +175,11 @@ def build(config: ACERConfig):
     """Networks, the collection policy (storing µ), loss, optimiser, average update.
 
     The env's specs pick the branch. Discrete (``Categorical``): a softmax actor and a Q
-    network, :class:`~ac_extensions.objectives.ACERLoss`, µ stored as its logits; with frame
-    observations (Atari, ``[4, 84, 84]``) one network instead, a Nature-CNN torso with policy
-    and Q heads (:func:`~ac_extensions.modules.make_acer_actor`, as in the paper's §6). Continuous
+    network, :class:`~ac_extensions.objectives.ACERLoss`, µ stored as its logits; with image
+    observations one network instead, a convolutional torso with policy and Q heads
+    (:func:`~ac_extensions.modules.make_acer_actor`, as in the paper's §6): the Nature CNN for
+    Atari frames ``[4, 84, 84]``, the MinAtar network for MinAtar's ``[C, 10, 10]``
+    (:func:`~ac_extensions.runtime.envs.torso_for`). Continuous
     (a 1-D ``Box``): a diagonal Gaussian actor and a stochastic dueling network
     (:func:`~ac_extensions.modules.make_continuous_actor_critic`),
     :class:`~ac_extensions.objectives.ContinuousACERLoss`, µ stored as its ``loc`` / ``scale``
@@ -170,8 +209,8 @@ def build(config: ACERConfig):
         actor, critic = actor.to(config.device), critic.to(config.device)
         statistics = ("loc", "scale")
         loss = ContinuousACERLoss(actor, critic, **coefficients)
-    elif len(shape) == 3:  # frames (Atari): one Nature-CNN torso, policy and Q heads (§6)
-        actor = make_acer_actor(shape, size, torso="cnn").to(config.device)
+    elif torso_for(shape) != "mlp":  # images: one conv torso, policy and Q heads (§6)
+        actor = make_acer_actor(shape, size, torso=torso_for(shape)).to(config.device)
         statistics = ("logits",)
         loss = ACERLoss(actor, None, **coefficients)
     else:

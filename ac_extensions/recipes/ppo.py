@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, ClassVar
 
 import torch
 
@@ -57,13 +58,35 @@ class PPOConfig(OnPolicyConfig):
 
     γ 0.98, λ 0.8, lr 1e-3 linear, clip 0.2 linear, 20 epochs, minibatch 256, 2×64 tanh MLPs,
     Adam eps 1e-5, grad-norm 0.5 (DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml``).
-    Faster on CartPole-v1 on a 2-core CPU: ``PPOConfig(lr=2e-3, async_collection=True,
-    workers=1)``: one worker collects the next batch while the learner trains on this one, and
-    lr 2e-3 was the best of 1e-3 / 1.5e-3 / 2e-3 / 2.5e-3 over 10 seeds, confirmed on 10
-    held-out seeds (``benchmarks/ppo_frames_sweep.py``,
-    ``benchmarks/results/ppo_frames_sweep*.md``). Against Stable-Baselines3's zoo PPO:
-    ``benchmarks/ppo_vs_sb3.py``, ``benchmarks/results/ppo_cartpole.md``.
+    Faster on CartPole-v1 on a 2-core CPU: ``PPOConfig(async_collection=True, workers=1)``
+    (one worker collects the next batch while the learner trains on this one): over 10 seeds
+    0.94× Stable-Baselines3 zoo PPO's median frames to a mean return of 475 at 2.28× its
+    frames per second (``benchmarks/ppo_vs_sb3.py``, ``benchmarks/results/ppo_cartpole.md``).
+    lr 2e-3 needed fewer frames than 1e-3 in synchronous runs over 20 seeds
+    (``benchmarks/ppo_frames_sweep.py``, ``benchmarks/results/ppo_frames_sweep*.md``), but not
+    in the latest async run (1.06× SB3's frames).
     """
+
+    FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        family: {
+            "lr": 2.5e-4,
+            "envs_per_worker": 4,
+            "rollout_length": 128,
+            "epochs": 3,
+            "minibatch_size": 256,
+            "clip_epsilon": 0.1,
+            "lmbda": 0.95,
+            "entropy_coeff": 0.01,
+        }
+        for family in ("minatar", "atari")
+    }
+    """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): the PPO paper's Atari settings
+    (Schulman et al., 2017, arXiv:1707.06347, Table 5: Adam 2.5e-4 and clip 0.1, both annealed
+    linearly; 8 actors × 128 steps, here 2 workers × 4 envs; 3 epochs of minibatches of 256;
+    λ 0.95; entropy 0.01). The value coefficient and gradient clip stay 0.5 (SB3's defaults;
+    the paper's c₁ = 1 weighs a network shared by actor and critic, ours are separate). Not
+    yet measured on MinAtar or Atari with this recipe: placeholders awaiting measurement."""
 
     epochs: int = 20
     """Passes over each batch."""

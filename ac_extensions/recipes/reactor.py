@@ -22,9 +22,10 @@ scalar metrics per collected batch. Gruslys et al., 2018, "The Reactor", arXiv:1
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
@@ -51,7 +52,7 @@ from ac_extensions.runtime import (
     training_state,
 )
 from ac_extensions.runtime.config import RunConfig
-from ac_extensions.runtime.envs import action_size, make_batched_env
+from ac_extensions.runtime.envs import action_size, make_batched_env, torso_for
 
 SEQUENCE_KEY = ("replay", "sequence")
 """Per-row sequence id written before storage: the sampler's trajectory key (a window never
@@ -66,8 +67,44 @@ class ReactorConfig(RunConfig):
 
     The paper's hyper-parameters (Gruslys et al., 2018, arXiv:1704.04651v2, appendix) could
     not be verified here (research/algorithms.md §b.5); where a default is marked "tuned" it
-    was chosen on CartPole-v1 (seeds 1–3, see ``benchmarks/reactor_cartpole.py``).
+    was chosen on CartPole-v1 (seeds 1–3, see ``benchmarks/reactor_cartpole.py``). MinAtar
+    and Atari: ``ReactorConfig.for_env(env_id, ...)`` (``FAMILY_DEFAULTS``; what ``ac-train``
+    uses).
     """
+
+    FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "minatar": {
+            "lr": 2.5e-4,
+            "reward_scale": 1.0,
+            "replay_start": 5_000,
+            "target_update_period": 1_000,
+        },
+        "atari": {
+            "envs_per_worker": 8,
+            "rollout_length": 33,
+            "sequence_length": 33,
+            "recurrent": True,
+            "recurrent_size": 256,
+            "lr": 1e-4,
+            "max_grad_norm": 40.0,
+            "reward_scale": 1.0,
+            "batch_size": 32,
+            "target_update_period": 1_000,
+            "replay_start": 20_000,
+            "torch_threads": None,
+        },
+    }
+    """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). MinAtar: the MinAtar DQN's
+    replay start (5k frames) and target-network period (1,000 updates) and its step size 2.5e-4
+    (centered RMSprop there, Adam here; Young & Tian, 2019, arXiv:1903.03176,
+    kenjyoung/MinAtar ``examples/dqn.py``); reward scale 1 because MinAtar's rewards are small
+    integers (mostly 0 or 1 a frame), so C51's ±10 support fits as it does clipped Atari
+    rewards (a game scoring often, e.g. SpaceInvaders, can have discounted returns above 10,
+    which the projection puts on the top atom); the feed-forward branches stay (MinAtar's
+    channels include motion trails, so one frame is close to Markov). Atari: the starting
+    point of ``examples/reactor_atari.py``. Untuned placeholders: none of these has been
+    measured with this recipe yet."""
 
     frames: int = 60_000
     """Total environment frames to collect."""
@@ -208,7 +245,10 @@ def _probe(config: ReactorConfig) -> tuple[tuple[int, ...], int]:
 
 
 def make_actor(config: ReactorConfig):
-    """The Reactor actor for ``config.env_id``: MLP torso, or Nature CNN for [C, H, W] frames.
+    """The Reactor actor for ``config.env_id``; the observation shape picks the torso.
+
+    :func:`~ac_extensions.runtime.envs.torso_for`: an MLP for vectors, the MinAtar network for
+    ``[C, 10, 10]``, the Nature CNN for ``[C, 84, 84]`` frames.
 
     Returns a TorchRL ``ProbabilisticActor`` (see
     :func:`~ac_extensions.modules.make_reactor_actor`) writing ``logits``, the critic's
@@ -216,9 +256,9 @@ def make_actor(config: ReactorConfig):
     and ``action_log_prob``.
     """
     shape, num_actions = _probe(config)
-    torso = "cnn" if len(shape) == 3 else "mlp"
+    torso = torso_for(shape)
     return make_reactor_actor(
-        shape if torso == "cnn" else int(math.prod(shape)),
+        shape if torso != "mlp" else int(math.prod(shape)),
         num_actions,
         torso=torso,
         hidden_sizes=config.hidden_sizes,

@@ -3,9 +3,11 @@
 One file per job, imported one way (recipes → runtime → objectives / modules / data;
 ``tests/test_layering.py`` checks it):
 
-* :mod:`~ac_extensions.runtime.config`: :class:`RunConfig`, the fields every recipe shares.
+* :mod:`~ac_extensions.runtime.config`: :class:`RunConfig`, the fields every recipe shares,
+  and the defaults per env family (``Config.for_env``).
 * :mod:`~ac_extensions.runtime.envs`: batched TorchRL envs over gymnasium (classic control,
-  Atari, the test envs), the lean :class:`~ac_extensions.runtime.vector_env.VectorGymEnv`.
+  Atari, MinAtar, the test envs), the lean
+  :class:`~ac_extensions.runtime.vector_env.VectorGymEnv`.
 * :mod:`~ac_extensions.runtime.collection`: start, supervise and stop TorchRL's collectors
   (:func:`start_collector`, :class:`WorkerError`, :func:`shutdown_collector`); workers exit
   when the learner dies.

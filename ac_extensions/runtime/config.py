@@ -1,13 +1,25 @@
-"""Run configurations: the fields every recipe shares, and those the on-policy recipes share."""
+"""Run configurations: the fields every recipe shares, and those the on-policy recipes share.
+
+Defaults per environment family. A config class's field defaults are its **classic-control**
+settings (tuned on CartPole-v1, see each recipe). For the other families (MinAtar, Atari; see
+:func:`~ac_extensions.runtime.envs.env_family`) each class lists the fields that change in
+``FAMILY_DEFAULTS``, merged along the class hierarchy (a subclass's entries win), and
+``Config.for_env(env_id, **overrides)`` builds a config from them: the family's values
+replace the class defaults, and ``overrides`` (the fields a user set) replace both.
+``ac-train`` builds its configs this way. Each table says where its values come from; none
+of the MinAtar or Atari values has been measured with these recipes yet.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
+
+from ac_extensions.runtime.envs import env_family
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,61 @@ class RunConfig:
     optimiser step), a batch with a NaN/inf observation or reward is dropped (no learning, not
     stored); each warns and counts in ``train/skipped_updates`` / ``train/skipped_batches``.
     This many in a row stop the run (``NonFiniteError``, no checkpoint written for it)."""
+
+    FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "minatar": {"frames": 5_000_000, "gamma": 0.99},
+        "atari": {"frames": 10_000_000, "gamma": 0.99},
+    }
+    """Field values per env family that replace the class defaults (see :meth:`for_env`).
+
+    Shared by every recipe: MinAtar, the paper's 5M frames per run and γ = 0.99 (Young & Tian,
+    2019, arXiv:1903.03176, §4; kenjyoung/MinAtar ``examples/dqn.py`` and ``AC_lambda.py``:
+    ``NUM_FRAMES``, ``GAMMA``); Atari, γ = 0.99 (Mnih et al., 2015) and 10M agent steps
+    (40M emulator frames at frame skip 4, the PPO paper's budget, Schulman et al., 2017,
+    arXiv:1707.06347, §6.2). Not measured here."""
+
+    @classmethod
+    def family_defaults(cls, env_id: str) -> dict[str, Any]:
+        """The field values that replace the class defaults for ``env_id``'s family.
+
+        ``FAMILY_DEFAULTS`` of every class in the hierarchy, base first (a subclass's entries
+        win); empty for classic control (the class defaults are its settings).
+
+        Args:
+            env_id: a gymnasium id (its family: :func:`~ac_extensions.runtime.envs.env_family`).
+
+        Returns:
+            ``{field: value}``.
+        """
+        return cls.defaults_for_family(env_family(env_id))
+
+    @classmethod
+    def defaults_for_family(cls, family: str) -> dict[str, Any]:
+        """:meth:`family_defaults` by family name (``"classic"``, ``"minatar"``, ``"atari"``)."""
+        values: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            table = vars(klass).get("FAMILY_DEFAULTS")
+            if table:
+                values.update(table.get(family, {}))
+        return values
+
+    @classmethod
+    def for_env(cls, env_id: str, **overrides: Any):
+        """A config for ``env_id``: its family's defaults, then ``overrides``.
+
+        Args:
+            env_id: a gymnasium id, e.g. ``"MinAtar/Breakout-v1"``.
+            **overrides: fields set explicitly; they win over the family's defaults.
+
+        Returns:
+            ``cls(**(family_defaults(env_id) | {"env_id": env_id} | overrides))``.
+
+        Example:
+            >>> config = RunConfig.for_env("MinAtar/Breakout-v1", frames=1_000)
+            >>> config.gamma, config.frames, RunConfig.for_env("CartPole-v1") == RunConfig()
+            (0.99, 1000, True)
+        """
+        return cls(**(cls.family_defaults(env_id) | {"env_id": env_id} | overrides))
 
     def __post_init__(self) -> None:
         for name in (

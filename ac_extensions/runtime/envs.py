@@ -1,5 +1,10 @@
 """Environments for the recipes: batched TorchRL envs over gymnasium, plus two test envs.
 
+Families (:func:`env_family`): classic control and other vector-observation envs, Atari
+(``ALE/…``, preprocessed to ``[4, 84, 84]`` uint8 frames) and MinAtar (``MinAtar/…``, the
+optional ``minatar`` extra, float channels-first ``[C, 10, 10]``; its ids are registered by
+:func:`make_gym_env` itself, so worker processes, forked or spawned, see them too).
+
 Registered gymnasium ids (registered on import, so worker processes see them too):
 
 * ``MaskedCartPole-v1``: CartPole-v1 with the velocities hidden (observation = cart position
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -68,10 +74,74 @@ for _id, _entry in (("MaskedCartPole-v1", masked_cartpole), ("DictCartPole-v1", 
 
 ATARI_PREFIX = "ALE/"
 """Ids starting with this are Atari games: :func:`make_gym_env` preprocesses them."""
+MINATAR_PREFIX = "MinAtar/"
+"""Ids starting with this are MinAtar games (Young & Tian, 2019, arXiv:1903.03176):
+:func:`make_gym_env` registers them and returns channels-first float observations."""
+
+EnvFamily = Literal["classic", "minatar", "atari"]
+"""The env families whose recipe defaults differ (see ``Config.for_env`` of each recipe)."""
+
+
+def env_family(env_id: str) -> EnvFamily:
+    """``"atari"`` for ``ALE/…`` ids, ``"minatar"`` for ``MinAtar/…``, else ``"classic"``.
+
+    ``"classic"`` covers classic control and the other vector-observation envs (the recipes'
+    own defaults were tuned on CartPole-v1).
+
+    Example:
+        >>> env_family("MinAtar/Breakout-v1"), env_family("ALE/Pong-v5"), env_family("CartPole-v1")
+        ('minatar', 'atari', 'classic')
+    """
+    name = env_id.rpartition(":")[2]  # gym.make's "module:Id" form
+    if name.startswith(ATARI_PREFIX):
+        return "atari"
+    if name.startswith(MINATAR_PREFIX):
+        return "minatar"
+    return "classic"
+
+
+def register_minatar() -> None:
+    """Register the MinAtar ids (``MinAtar/<Game>-v0`` full action set, ``-v1`` minimal).
+
+    Imports ``minatar`` (the optional extra) and calls its ``minatar.gym.register_envs()`` once
+    per process. Games: Asterix, Breakout, Freeway, Seaquest, SpaceInvaders; sticky actions
+    with probability 0.1 and difficulty ramping (the package's defaults, as in the paper).
+
+    Raises:
+        ImportError: ``minatar`` is not installed (the message names the extra to install).
+    """
+    if "MinAtar/Breakout-v1" in gym.registry:
+        return
+    try:
+        import minatar.gym
+    except ImportError as error:
+        raise ImportError(
+            "MinAtar environments need the minatar package: pip install 'ac-extensions[minatar]'"
+        ) from error
+    minatar.gym.register_envs()
+
+
+class MinAtarObservation(gym.ObservationWrapper):
+    """MinAtar's ``[10, 10, C]`` bool maps as ``[C, 10, 10]`` float32 (channels first).
+
+    The layout the convolutions expect, as the paper's code transposes each state
+    (kenjyoung/MinAtar ``examples/dqn.py``, ``get_state``); values stay 0/1.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        height, width, channels = env.observation_space.shape
+        self.observation_space = gym.spaces.Box(
+            0.0, 1.0, shape=(channels, height, width), dtype=np.float32
+        )
+
+    def observation(self, observation):
+        """``[10, 10, C]`` bool → ``[C, 10, 10]`` float32."""
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.float32)
 
 
 def make_gym_env(env_id: str) -> gym.Env:
-    """One gymnasium env; Atari ids (``ALE/…``) get the usual DQN preprocessing.
+    """One gymnasium env; Atari ids (``ALE/…``) and MinAtar ids (``MinAtar/…``) are prepared.
 
     Atari (Mnih et al., 2015, Nature 518, "Methods"; Machado et al., 2018, arXiv:1709.06009v2
     for the v5 defaults kept here: sticky actions 0.25, no life-loss terminals): the emulator
@@ -81,12 +151,22 @@ def make_gym_env(env_id: str) -> gym.Env:
     ``uint8`` of shape (4, 84, 84). Rewards are the game's (Pong's are already in {−1, 0, 1}).
     The resizing needs ``opencv-python-headless`` (a dependency of this package).
 
+    MinAtar (Young & Tian, 2019, arXiv:1903.03176; the ``minatar`` extra): the ids are
+    registered on first use (:func:`register_minatar`, in whichever process builds the env),
+    and observations are float32 ``[C, 10, 10]`` (:class:`MinAtarObservation`). Everything
+    else is the package's: sticky actions 0.1, difficulty ramping, no frame skip, no time
+    limit (Freeway ends itself after 2500 frames), rewards as the game gives them.
+
     Args:
-        env_id: a gymnasium id, e.g. ``"CartPole-v1"`` or ``"ALE/Pong-v5"``.
+        env_id: a gymnasium id, e.g. ``"CartPole-v1"``, ``"ALE/Pong-v5"`` or
+            ``"MinAtar/Breakout-v1"``.
 
     Returns:
         The gymnasium env.
     """
+    if env_id.startswith(MINATAR_PREFIX):
+        register_minatar()
+        return MinAtarObservation(gym.make(env_id))
     if not env_id.startswith(ATARI_PREFIX):
         return gym.make(env_id)
     import ale_py
@@ -134,7 +214,7 @@ def make_batched_env(
     action (MountainCarContinuous-v0's power cost, the MuJoCo envs' control cost).
 
     Atari ids (``ALE/…``) are preprocessed by :func:`make_gym_env` (observations
-    ``[E, 4, 84, 84]`` uint8).
+    ``[E, 4, 84, 84]`` uint8); MinAtar ids (``MinAtar/…``) give ``[E, C, 10, 10]`` float32.
 
     Args:
         env_id: a gymnasium id with a ``Discrete`` or a flat ``Box`` action space.
@@ -181,8 +261,35 @@ def observation_size(env: EnvBase) -> int:
 
 
 def observation_shape(env: EnvBase) -> tuple[int, ...]:
-    """The per-env shape of ``"observation"``: ``(O,)`` for vectors, ``(4, 84, 84)`` for Atari."""
+    """The per-env shape of ``"observation"``: (O,), (4, 84, 84) for Atari, (C, 10, 10) MinAtar."""
     return tuple(env.observation_spec["observation"].shape[len(env.batch_size) :])
+
+
+def torso_for(shape: Sequence[int]) -> Literal["mlp", "minatar", "cnn"]:
+    """The network torso for a per-env observation shape (the recipes' choice).
+
+    ``(C, 10, 10)`` → ``"minatar"`` (:class:`~ac_extensions.modules.MinAtarCNN`),
+    ``(C, 84, 84)`` → ``"cnn"`` (:class:`~ac_extensions.modules.NatureCNN`), anything with
+    fewer than three dims → ``"mlp"`` (on the flattened observation).
+
+    Raises:
+        ValueError: for another image shape (no torso fits it).
+
+    Example:
+        >>> torso_for((4,)), torso_for((4, 10, 10)), torso_for((4, 84, 84))
+        ('mlp', 'minatar', 'cnn')
+    """
+    shape = tuple(int(n) for n in shape)
+    if len(shape) < 3:
+        return "mlp"
+    if len(shape) == 3 and shape[1:] == (10, 10):
+        return "minatar"
+    if len(shape) == 3 and shape[1:] == (84, 84):
+        return "cnn"
+    raise ValueError(
+        f"no network torso for observations of shape {list(shape)}: expected a vector, "
+        "[C, 10, 10] (MinAtar) or [C, 84, 84] (Atari frames)"
+    )
 
 
 def has_continuous_actions(env: EnvBase) -> bool:

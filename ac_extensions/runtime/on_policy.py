@@ -19,7 +19,12 @@ from torchrl.objectives.value.functional import generalized_advantage_estimate
 
 from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
 from ac_extensions.runtime.config import OnPolicyConfig
-from ac_extensions.runtime.envs import make_batched_env, observation_size
+from ac_extensions.runtime.envs import (
+    make_batched_env,
+    observation_shape,
+    observation_size,
+    torso_for,
+)
 from ac_extensions.runtime.progress import finished_returns
 
 
@@ -47,15 +52,20 @@ def make_env(config: OnPolicyConfig):
 def make_networks(config: OnPolicyConfig):
     """Actor and critic (:func:`~ac_extensions.modules.make_actor_critic`) on ``config.device``.
 
-    The observation size and the number of actions come from a probe env.
+    The observation shape and the number of actions come from a probe env; the shape picks
+    the torso (:func:`~ac_extensions.runtime.envs.torso_for`): MLPs for vectors, the MinAtar
+    network for ``[C, 10, 10]``, the Nature CNN for ``[C, 84, 84]`` frames.
     """
     probe = make_env(config)
+    shape = observation_shape(probe)
     obs_dim = observation_size(probe)
     num_actions = int(probe.full_action_spec["action"].space.n)
     probe.close()
+    torso = torso_for(shape)
     actor, critic = make_actor_critic(
-        obs_dim,
+        obs_dim if torso == "mlp" else shape,
         num_actions,
+        torso=torso,
         hidden_sizes=config.hidden_sizes,
         recurrent=config.recurrent,
         recurrent_size=config.recurrent_size,

@@ -1,0 +1,223 @@
+"""MinAtar (the ``minatar`` extra): the env, the per-family defaults, and a smoke run per recipe.
+
+The smoke runs train each algorithm for a few thousand frames of ``MinAtar/Breakout-v1`` with
+one collector worker and check that the losses are finite (learning is not measured here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from ac_extensions.cli._config import check_env_id
+from ac_extensions.modules import MinAtarCNN
+from ac_extensions.recipes import a2c, acer, ppo, reactor
+from ac_extensions.runtime.envs import (
+    env_family,
+    make_batched_env,
+    make_gym_env,
+    observation_shape,
+    torso_for,
+)
+
+pytest.importorskip("minatar")
+
+ENV = "MinAtar/Breakout-v1"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = {
+    "a2c": a2c.A2CConfig,
+    "ppo": ppo.PPOConfig,
+    "acer": acer.ACERConfig,
+    "reactor": reactor.ReactorConfig,
+}
+
+
+# -- the env ---------------------------------------------------------------------------------
+
+
+def test_observations_are_float_channels_first():
+    env = make_gym_env(ENV)
+    observation, _ = env.reset(seed=3)
+    assert observation.shape == (4, 10, 10) and observation.dtype == np.float32
+    assert env.observation_space.shape == (4, 10, 10)
+    assert env.observation_space.dtype == np.float32
+    assert env.action_space.n == 3  # -v1: Breakout's minimal action set {no-op, left, right}
+    # the same maps as MinAtar's own [10, 10, C] bool state, channels moved first
+    raw = gym.make(ENV)
+    state, _ = raw.reset(seed=3)
+    assert state.shape == (10, 10, 4) and state.dtype == bool
+    np.testing.assert_array_equal(observation, state.transpose(2, 0, 1).astype(np.float32))
+    for action in (1, 2, 0, 1):
+        obs, *_ = env.step(action)
+        state, *_ = raw.step(action)
+        np.testing.assert_array_equal(obs, np.moveaxis(state, -1, 0))
+    assert set(np.unique(obs)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_batched_env_both_stacks(lean):
+    env = make_batched_env(ENV, 3, lean=lean)
+    env.set_seed(0)
+    rollout = env.rollout(6, break_when_any_done=False)
+    assert rollout["observation"].shape == (3, 6, 4, 10, 10)
+    assert rollout["observation"].dtype == torch.float32
+    assert rollout["next", "reward"].shape == (3, 6, 1)
+    assert observation_shape(env) == (4, 10, 10) and torso_for((4, 10, 10)) == "minatar"
+    env.close()
+
+
+def test_families_and_torsos():
+    assert env_family(ENV) == "minatar" and env_family("ALE/Pong-v5") == "atari"
+    assert env_family("CartPole-v1") == env_family("my_pkg.envs:MyEnv-v0") == "classic"
+    assert torso_for((4,)) == "mlp" and torso_for((4, 84, 84)) == "cnn"
+    with pytest.raises(ValueError, match="no network torso"):
+        torso_for((3, 32, 32))
+
+
+def test_cli_env_check_accepts_minatar_ids():
+    assert check_env_id("MinAtar/SpaceInvaders-v1") is None  # registered; no reward threshold
+    assert check_env_id("MinAtar/Seaquest-v0") is None
+
+
+@pytest.mark.timeout(120)
+def test_a_fresh_interpreter_registers_the_ids_itself():
+    # What a spawned worker does: nothing registered before make_gym_env is called.
+    code = (
+        "import gymnasium as gym\n"
+        "from ac_extensions.runtime.envs import make_gym_env\n"
+        "assert 'MinAtar/Breakout-v1' not in gym.registry\n"
+        "obs, _ = make_gym_env('MinAtar/Freeway-v1').reset(seed=0)\n"
+        "print(obs.shape, obs.dtype)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=110
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[0] == "(7, 10, 10) float32"
+
+
+def test_missing_package_names_the_extra(monkeypatch):
+    from ac_extensions.runtime import envs
+
+    monkeypatch.setitem(sys.modules, "minatar.gym", None)  # import fails
+    registry = {k: v for k, v in gym.registry.items() if not k.startswith("MinAtar/")}
+    monkeypatch.setattr(gym.envs.registration, "registry", registry)
+    monkeypatch.setattr(gym, "registry", registry)
+    with pytest.raises(ImportError, match=r"pip install 'ac-extensions\[minatar\]'"):
+        envs.make_gym_env(ENV)
+
+
+# -- defaults per env family -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_family_defaults_name_real_fields_and_leave_cartpole_alone(name):
+    cls = CONFIGS[name]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for family in ("classic", "minatar", "atari"):
+        assert set(cls.defaults_for_family(family)) <= fields, family
+    assert cls.defaults_for_family("classic") == {}
+    assert cls.for_env("CartPole-v1") == cls()  # classic control: the class defaults
+    config = cls.for_env(ENV)  # valid as it stands
+    assert config.env_id == ENV and config.gamma == 0.99 and config.frames == 5_000_000
+    for field, value in cls.family_defaults(ENV).items():
+        assert getattr(config, field) == value
+    assert cls.for_env("ALE/Pong-v5").gamma == 0.99
+    # explicit values win over the family's
+    assert cls.for_env(ENV, gamma=0.9, frames=100).gamma == 0.9
+
+
+def test_minatar_defaults_per_recipe():
+    assert ppo.PPOConfig.for_env(ENV).lr == 2.5e-4
+    assert ppo.PPOConfig.for_env(ENV).rollout_length == 128
+    assert a2c.A2CConfig.for_env(ENV).entropy_coeff == 0.01
+    assert acer.ACERConfig.for_env(ENV).reward_scale == 1.0
+    assert acer.ACERConfig.for_env(ENV).replay_ratio == 4.0
+    assert reactor.ReactorConfig.for_env(ENV).reward_scale == 1.0
+
+
+# -- a smoke run per algorithm ---------------------------------------------------------------
+
+SMOKE = {
+    "a2c": ({"frames": 4_000}, ["loss_objective", "loss_critic"]),
+    "ppo": ({"frames": 4_096, "epochs": 2}, ["loss_objective", "loss_critic"]),
+    "acer": (
+        {"frames": 4_000, "replay_start": 400, "replay_ratio": 2.0, "batch_size": 8},
+        ["on_policy/loss_objective", "on_policy/loss_critic", "replay/loss_critic"],
+    ),
+    "reactor": (
+        {
+            "frames": 4_096,
+            "replay_start": 512,
+            "batch_size": 8,
+            "acting_steps_per_learning_step": 16.0,
+        },
+        ["loss_objective", "loss_critic"],
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(SMOKE))
+def test_each_algorithm_trains_on_minatar(name):
+    overrides, losses = SMOKE[name]
+    config = CONFIGS[name].for_env(ENV, workers=1, seed=1, **overrides)
+    module = {"a2c": a2c, "ppo": ppo, "acer": acer, "reactor": reactor}[name]
+    metrics = list(module.train(config))
+    assert metrics[-1]["time/frames"] >= config.frames
+    for loss in losses:
+        values = [m[f"train/{loss}"] for m in metrics if f"train/{loss}" in m]
+        assert values, f"{loss} never logged"
+        assert all(math.isfinite(v) for v in values), loss
+    assert any(m.get("train/episodes", 0) > 0 for m in metrics)  # episodes finished
+
+
+def test_recipes_build_the_minatar_network():
+    config = ppo.PPOConfig.for_env(ENV, workers=1)
+    actor, critic, *_ = ppo.build(config)
+    assert any(isinstance(m, MinAtarCNN) for m in actor.modules())
+    assert any(isinstance(m, MinAtarCNN) for m in critic.modules())
+    policy, *_ = acer.build(acer.ACERConfig.for_env(ENV, workers=1))
+    assert any(isinstance(m, MinAtarCNN) for m in policy.modules())
+    actor = reactor.make_actor(reactor.ReactorConfig.for_env(ENV, workers=1))
+    assert any(isinstance(m, MinAtarCNN) for m in actor.modules())
+
+
+@pytest.mark.timeout(120)
+def test_spawned_workers_register_the_ids():
+    config = ppo.PPOConfig.for_env(
+        ENV, frames=256, workers=1, envs_per_worker=2, rollout_length=128, epochs=1
+    )
+    metrics = list(ppo.train(dataclasses.replace(config, start_method="spawn")))
+    assert metrics[-1]["time/frames"] == 256
+    assert math.isfinite(metrics[-1]["train/loss_objective"])
+
+
+@pytest.mark.timeout(180)
+def test_ac_train_on_minatar_uses_the_family_defaults(tmp_path):
+    out = tmp_path / "run"
+    argv = ["ppo", "--env", ENV, "--frames", "512", "--workers", "1", "--epochs", "1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ac_extensions", *argv, "--out", str(out), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env"] == ENV and summary["complete"] and summary["frames"] == 512
+    assert summary["threshold"] is None and summary["frames_to_threshold"] is None
+    saved = json.loads((out / "run.json").read_text())["config"]
+    assert saved["lr"] == 2.5e-4 and saved["gamma"] == 0.99  # MinAtar's defaults
+    assert saved["rollout_length"] == 128 and saved["clip_epsilon"] == 0.1
+    assert saved["frames"] == 512 and saved["epochs"] == 1 and saved["workers"] == 1  # flags
