@@ -79,6 +79,50 @@ def next_step_outputs(
     return tuple(out)
 
 
+SEQUENCE_ID_KEYS: tuple[NestedKey, ...] = (("replay", "sequence"),)
+"""Per-row sequence ids (``ac_extensions.runtime.label_sequences``, the recipes' slice-sampler
+key): a [T] input holding several is a flat sample of several sequences, not one sequence.
+(TorchRL's ``("collector", "traj_ids")`` is no such signal: one collector row, a contiguous
+stream, legitimately spans several episodes.)"""
+
+
+def check_sequence_batch(
+    name: str, tensordict: TensorDictBase, flags: Iterable[NestedKey]
+) -> None:
+    """Raise for the two input mistakes the sequence losses cannot survive silently.
+
+    * A flat sample ``[B·L]`` of several sequences (a replay sample not reshaped to
+      ``[B, L]``): a 1-D input is read as *one* sequence [T], so its traces would run from one
+      sequence into the next. Detected from the sequence ids of :data:`SEQUENCE_ID_KEYS`.
+    * ``("next", done)`` / ``("next", terminated)`` that are not bool of shape [*B, T, 1].
+
+    Args:
+        name: the loss's class name, for the messages.
+        tensordict: the input, batch [*B, T] or [T].
+        flags: the done and terminated keys (inside ``("next", ...)``).
+    """
+    batch = tensordict.batch_size
+    if len(batch) == 1:
+        for key in SEQUENCE_ID_KEYS:
+            ids = tensordict.get(key, None)
+            if isinstance(ids, Tensor) and ids.numel() and bool((ids != ids.flatten()[0]).any()):
+                count = int(torch.unique(ids).numel())
+                raise ValueError(
+                    f"{name}: the input has batch shape {list(batch)} but {key!r} holds "
+                    f"{count} different sequences: a [T] input is one sequence. Reshape a flat "
+                    f"replay sample to [B, L] first (e.g. sample.reshape(-1, L))"
+                )
+    for key in flags:
+        value = tensordict.get(("next", key), None)
+        if value is None:
+            continue
+        if value.dtype != torch.bool or value.shape != (*batch, 1):
+            raise ValueError(
+                f"{name}: ('next', {key!r}) must be bool of shape {[*batch, 1]}, got "
+                f"{value.dtype} of shape {list(value.shape)}"
+            )
+
+
 def cut_traces_at_padding(
     tensordict: TensorDictBase, mask: Tensor | None, done_key: NestedKey
 ) -> TensorDictBase:

@@ -16,6 +16,7 @@ from torchrl.objectives.utils import dispatch_value_estimator
 import ac_extensions.functional as F
 from ac_extensions.objectives._replay import (
     burn_in,
+    check_sequence_batch,
     cut_traces_at_padding,
     is_recurrent,
     masked_mean,
@@ -274,7 +275,15 @@ class ACERLoss(LossModule):
             return logits, q
         inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
         with self.qvalue_network_params.to_module(self.qvalue_network):
-            return logits, self.qvalue_network(inputs).get(self.tensor_keys.action_value)
+            q = self.qvalue_network(inputs).get(self.tensor_keys.action_value)
+        if q.shape != logits.shape:
+            raise ValueError(
+                f"{type(self).__name__}: the actor's {self.tensor_keys.logits!r} (shape "
+                f"{list(logits.shape)}: {logits.shape[-1]} actions) and the Q network's "
+                f"{self.tensor_keys.action_value!r} (shape {list(q.shape)}) must have the same "
+                f"shape [*B, T, A]: one Q value per action of the policy"
+            )
+        return logits, q
 
     def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         keys, batch = self.tensor_keys, tensordict.batch_size
@@ -298,6 +307,7 @@ class ACERLoss(LossModule):
                         else ""
                     )
                 )
+        check_sequence_batch(name, tensordict, (keys.done, keys.terminated))
         action = tensordict.get(keys.action)
         if action.shape != batch or action.is_floating_point():
             raise ValueError(

@@ -17,6 +17,7 @@ from torchrl.objectives import LossModule
 import ac_extensions.functional as F
 from ac_extensions.objectives._replay import (
     burn_in,
+    check_sequence_batch,
     cut_traces_at_padding,
     is_recurrent,
     masked_mean,
@@ -377,6 +378,8 @@ class ContinuousACERLoss(LossModule):
         if tensordict.batch_dims == 0:
             raise ValueError(f"{type(self).__name__}: the input needs a batch shape [T] or [B, T]")
         self._validate_keys(tensordict)
+        keys = self.tensor_keys
+        check_sequence_batch(type(self).__name__, tensordict, (keys.done, keys.terminated))
         self._validate_behavior(tensordict)
         self._validate_next(tensordict)
 

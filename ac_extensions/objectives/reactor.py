@@ -15,6 +15,7 @@ from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
 from ac_extensions.objectives._replay import (
+    check_sequence_batch,
     cut_traces_at_padding,
     is_recurrent,
     masked_mean,
@@ -370,6 +371,7 @@ class ReactorLoss(LossModule):
         if len(batch) == 0:
             raise ValueError(f"{name}: the input needs a batch shape [T] or [B, T]")
         self._check_keys(tensordict)
+        check_sequence_batch(name, tensordict, (keys.done, keys.terminated))
         action = tensordict.get(keys.action)
         if action.shape != batch or action.is_floating_point() or action.dtype == torch.bool:
             raise ValueError(
