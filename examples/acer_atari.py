@@ -18,20 +18,8 @@ from _cli import parse_config, report
 
 from ac_extensions.recipes.acer import ACERConfig, train
 
-ATARI = {
-    "env_id": "ALE/Pong-v5",
-    "gamma": 0.99,
-    "reward_scale": 1.0,
-    "frames": 10_000_000,
-    "envs_per_worker": 4,
-    "lr": 1e-4,
-    "entropy_coeff": 0.01,
-    "replay_ratio": 4.0,
-    "replay_capacity": 50_000,
-    "replay_start": 10_000,
-    "batch_size": 16,
-    "memmap": True,
-}
+ATARI = ACERConfig.defaults_for_family("atari") | {"env_id": "ALE/Pong-v5"}
+"""The recipe's Atari settings (``ACERConfig.FAMILY_DEFAULTS``, sources given there)."""
 
 if __name__ == "__main__":
     config = parse_config(ACERConfig, __doc__.splitlines()[0], defaults=ATARI)

@@ -18,28 +18,8 @@ from _cli import parse_config, report
 
 from ac_extensions.recipes.reactor import ReactorConfig, train
 
-ATARI = {
-    "env_id": "ALE/Pong-v5",
-    "frames": 10_000_000,
-    "envs_per_worker": 8,
-    "rollout_length": 33,
-    "sequence_length": 33,
-    "recurrent": True,
-    "recurrent_size": 256,
-    "lr": 1e-4,
-    "max_grad_norm": 40.0,
-    "reward_scale": 1.0,
-    "batch_size": 32,
-    "acting_steps_per_learning_step": 4.0,
-    "target_update_period": 1000,
-    "replay_capacity": 100_000,
-    "replay_start": 20_000,
-    "torch_threads": None,
-}
-"""Starting point for Atari. Sequence length 33 and a target period of ~1000 learner steps are
-half-remembered Reactor values that could not be verified (research/algorithms.md §b.5); the
-rest follow DQN/R2D2 practice (Adam 1e-4, gradient clip 40, 32 sequences per step). The replay
-holds 100k frames (observation and next observation, uint8: ~5.6 GB in RAM)."""
+ATARI = ReactorConfig.defaults_for_family("atari") | {"env_id": "ALE/Pong-v5"}
+"""The recipe's Atari settings (``ReactorConfig.FAMILY_DEFAULTS``, sources given there)."""
 
 if __name__ == "__main__":
     config = parse_config(ReactorConfig, __doc__.splitlines()[0], defaults=ATARI)

@@ -46,6 +46,7 @@ from ac_extensions.runtime.on_policy import (
     evaluate,
     make_env,
     make_networks,
+    reshape_rewards,
     training_sequences,
 )
 
@@ -148,13 +149,8 @@ def train(
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
-            if learn and config.reshape_reward is not None:  # (logged returns stay the env's)
-                batch["next", "reward"] = config.reshape_reward(
-                    batch["observation"],
-                    batch["action"],
-                    batch["next", "reward"],
-                    batch["next", "done"],
-                )
+            if learn:  # optional reward shaping (logged returns stay the env's)
+                reshape_rewards(batch, config)
             lr = config.lr * ((1.0 - iteration / num_batches) if config.anneal_lr else 1.0)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -172,7 +168,8 @@ def train(
                 flat.zero_grad()
                 total.backward()
                 grad_norm = float(flat.clip_grad_norm_(config.max_grad_norm))
-                if guard.update_ok(float(total), grad_norm):  # else skipped (warned, counted)
+                # A NaN/inf loss or gradient skips the step (warned, counted).
+                if guard.update_ok(float(total.detach()), grad_norm):
                     optimizer.step()
                     logs = {k: float(v.detach()) for k, v in out.items()}
                     logs["grad_norm"] = grad_norm

@@ -110,7 +110,7 @@ class ACERConfig(RunConfig):
     ~0.8 GB with the next observations); reward scale 1 because MinAtar's rewards are small
     integers (mostly 0 or 1 a frame), as the paper's clipped Atari rewards; Adam 2.5e-4 is
     the MinAtar DQN's step size (centered RMSprop there): an untuned placeholder. Atari: the
-    starting point of ``examples/acer_atari.py`` (Adam 1e-4, 50k frames in memory-mapped
+    starting point ``examples/acer_atari.py`` runs (Adam 1e-4, 50k frames in memory-mapped
     files). None of these has been measured with this recipe yet."""
 
     frames: int = 60_000

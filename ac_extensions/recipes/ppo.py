@@ -49,6 +49,7 @@ from ac_extensions.runtime.on_policy import (
     make_env,
     make_networks,
     minibatches,
+    reshape_rewards,
 )
 
 
@@ -191,13 +192,8 @@ def train(  # noqa: C901 (one loop, read top to bottom)
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
-            if learn and config.reshape_reward is not None:  # (logged returns stay the env's)
-                batch["next", "reward"] = config.reshape_reward(
-                    batch["observation"],
-                    batch["action"],
-                    batch["next", "reward"],
-                    batch["next", "done"],
-                )
+            if learn:  # optional reward shaping (logged returns stay the env's)
+                reshape_rewards(batch, config)
 
             # 2. Targets: GAE with the pre-update critic.
             if learn:

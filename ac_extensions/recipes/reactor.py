@@ -103,8 +103,10 @@ class ReactorConfig(RunConfig):
     rewards (a game scoring often, e.g. SpaceInvaders, can have discounted returns above 10,
     which the projection puts on the top atom); the feed-forward branches stay (MinAtar's
     channels include motion trails, so one frame is close to Markov). Atari: the starting
-    point of ``examples/reactor_atari.py``. Untuned placeholders: none of these has been
-    measured with this recipe yet."""
+    point ``examples/reactor_atari.py`` runs (sequence length 33 and a target period of ~1000
+    learner steps are half-remembered Reactor values that could not be verified,
+    research/algorithms.md §b.5; the rest follow DQN/R2D2 practice). Untuned placeholders:
+    none of these has been measured with this recipe yet."""
 
     frames: int = 60_000
     """Total environment frames to collect."""

@@ -2,6 +2,7 @@
 
 * :func:`make_env`: the env one worker steps (E copies, plus the recurrent primers).
 * :func:`make_networks`: actor and critic for the env's specs.
+* :func:`reshape_rewards`: the optional reward-shaping hook.
 * :func:`compute_advantages`: GAE once per batch with the pre-update critic.
 * :func:`minibatches`: shuffled minibatches of steps, or of whole sequences
   (:func:`training_sequences`) for recurrent policies.
@@ -71,6 +72,21 @@ def make_networks(config: OnPolicyConfig):
         recurrent_size=config.recurrent_size,
     )
     return actor.to(config.device), critic.to(config.device)
+
+
+def reshape_rewards(batch: TensorDictBase, config: OnPolicyConfig) -> None:
+    """Apply ``config.reshape_reward`` (torch-ac's hook) to ``batch`` ``[B, T]`` in place.
+
+    ``("next", "reward")`` ← ``reshape_reward(observation, action, reward, done)``; a no-op
+    without a hook. The returns logged from ``("next", "episode_reward")`` stay the env's.
+    """
+    if config.reshape_reward is not None:
+        batch["next", "reward"] = config.reshape_reward(
+            batch["observation"],
+            batch["action"],
+            batch["next", "reward"],
+            batch["next", "done"],
+        )
 
 
 @torch.no_grad()
