@@ -11,14 +11,14 @@ Index:
 
 - :mod:`.off_policy`: :func:`retrace_targets` and the trace builders (:func:`retrace_trace`,
   :func:`acer_trace`, :func:`continuous_acer_trace`, :func:`tree_backup_trace`,
-  :func:`opc_trace`), :func:`importance_ratio`.
+  :func:`opc_trace`), :func:`importance_ratio`, Reactor's :func:`sequence_priority`.
 - :mod:`.policy_gradients`: ACER's :func:`truncated_is_policy_loss`,
   :func:`bias_correction_loss`, :func:`sampled_bias_correction_loss`; Reactor's
   :func:`beta_loo_policy_loss`.
 - :mod:`.trust_region`: :func:`trust_region_step`, :func:`trust_region_multiplier`,
   :func:`trust_region_loss`, :func:`categorical_kl_gradient`, :func:`normal_kl_gradient`.
 - :mod:`.distributional`: :func:`categorical_projection`,
-  :func:`distributional_retrace_targets`.
+  :func:`distributional_retrace_targets`, :func:`total_variation`.
 - :mod:`.ppo`: :func:`categorical_ppo_losses` (clipped PPO on plain tensors),
   :func:`categorical_ppo_backward` (the same with its gradient derived by hand),
   :func:`standardize_advantage`.
@@ -29,6 +29,7 @@ from __future__ import annotations
 from ac_extensions.functional.distributional import (
     categorical_projection,
     distributional_retrace_targets,
+    total_variation,
 )
 from ac_extensions.functional.off_policy import (
     acer_trace,
@@ -37,6 +38,7 @@ from ac_extensions.functional.off_policy import (
     opc_trace,
     retrace_targets,
     retrace_trace,
+    sequence_priority,
     tree_backup_trace,
 )
 from ac_extensions.functional.policy_gradients import (
@@ -74,7 +76,9 @@ __all__ = [
     "retrace_targets",
     "retrace_trace",
     "sampled_bias_correction_loss",
+    "sequence_priority",
     "standardize_advantage",
+    "total_variation",
     "tree_backup_trace",
     "truncated_is_policy_loss",
     "trust_region_loss",

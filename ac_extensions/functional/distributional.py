@@ -23,7 +23,7 @@ from ac_extensions.functional._checks import (
     check_time_layout,
 )
 
-__all__ = ["categorical_projection", "distributional_retrace_targets"]
+__all__ = ["categorical_projection", "distributional_retrace_targets", "total_variation"]
 
 # Upper bound on the number of (t, u, j) atoms materialised at once by the distributional
 # Retrace target; larger inputs are processed in chunks of (t, u) pairs (same result).
@@ -303,3 +303,34 @@ def distributional_retrace_targets(
             weights = trace_product[sl, None] * bootstrap[item_row[sl], item_end[sl]]
             _accumulate(out, row_start[sl, None], lower, upper_share, weights)
         return out.reshape(*batch_shape, time, num_atoms)
+
+
+def total_variation(target: Tensor, prediction: Tensor) -> Tensor:
+    """Total variation distance ½ Σ_i |p_i − q_i| between two categorical weight vectors.
+
+    Reactor's per-step priority for the distributional critic: the distance between the
+    (projected, possibly signed) target q*_t and the predicted distribution q(x_t, a_t)
+    (Gruslys et al., 2018, arXiv:1704.04651v2, §3.3). Unlike the difference of the means it
+    is 1 for two distributions with disjoint supports whatever their means. With a signed
+    target (mass below 0 at some atoms) it is half the L1 norm of the difference, which can
+    exceed 1.
+
+    Args:
+        target: q*, shape [*B, T, N] (atoms last).
+        prediction: q, same shape.
+
+    Returns:
+        [*B, T, 1], >= 0.
+
+    Example:
+        >>> total_variation(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]))
+        tensor([[1.]])
+    """
+    check_tensor("target", target)
+    check_tensor("prediction", prediction)
+    if target.shape != prediction.shape or target.dim() < 1:
+        raise ValueError(
+            f"target and prediction must have the same shape [*B, T, N], got "
+            f"{list(target.shape)} and {list(prediction.shape)}"
+        )
+    return 0.5 * (target - prediction).abs().sum(-1, keepdim=True)

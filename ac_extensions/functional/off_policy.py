@@ -41,6 +41,7 @@ __all__ = [
     "opc_trace",
     "retrace_targets",
     "retrace_trace",
+    "sequence_priority",
     "tree_backup_trace",
 ]
 
@@ -322,3 +323,44 @@ def opc_trace(reference: Tensor) -> Tensor:
     check_tensor("reference", reference)
     dtype = reference.dtype if reference.is_floating_point() else torch.get_default_dtype()
     return torch.ones_like(reference, dtype=dtype)
+
+
+def sequence_priority(error: Tensor, mask: Tensor | None = None, eta: float = 0.0) -> Tensor:
+    """One replay priority per sequence from per-step errors: η max_t δ_t + (1 − η) mean_t δ_t.
+
+    η = 0 is Reactor's mean of the per-step errors along the sequence (Gruslys et al., 2018,
+    arXiv:1704.04651v2, §3.3: mean |TD| for a scalar critic, mean total variation for the
+    distributional one); η = 0.9 is R2D2's mixture (Kapturowski et al., 2019, §2.3).
+
+    Args:
+        error: δ_t >= 0, shape [*B, T, 1] (or [*B, T]).
+        mask: valid steps, bool [*B, T]; None: every step. A row without a valid step gets 0.
+        eta: η in [0, 1].
+
+    Returns:
+        p, shape [*B].
+
+    Example:
+        >>> sequence_priority(torch.tensor([[1.0, 2.0, 0.5]]), eta=0.9)  # 0.9·2 + 0.1·3.5/3
+        tensor([1.9167])
+    """
+    check_tensor("error", error)
+    if not 0.0 <= eta <= 1.0:
+        raise ValueError(f"eta must lie in [0, 1], got {eta}")
+    delta = error.squeeze(-1) if error.dim() >= 2 and error.shape[-1] == 1 else error
+    if delta.dim() < 1:
+        raise ValueError(f"error must have shape [*B, T, 1] or [*B, T], got {list(error.shape)}")
+    if mask is not None:
+        if mask.shape != delta.shape or mask.dtype != torch.bool:
+            raise ValueError(
+                f"mask must be bool of shape {list(delta.shape)}, got {mask.dtype} of shape "
+                f"{list(mask.shape)}"
+            )
+        delta = torch.where(mask, delta, torch.zeros_like(delta))
+        count = mask.sum(-1).clamp_min(1).to(delta.dtype)
+    else:
+        count = torch.full_like(delta[..., 0], delta.shape[-1])
+    mean = delta.sum(-1) / count
+    if eta == 0.0:
+        return mean
+    return eta * delta.amax(-1) + (1.0 - eta) * mean

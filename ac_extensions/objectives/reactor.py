@@ -40,6 +40,7 @@ class _Terms:
     critic: Tensor  # per-step critic loss                              [*B, T, 1]
     target: Tensor  # q*_t [*B, T, N], or G_t [*B, T, 1] (Reactor ND)
     corrected_return: Tensor  # G_t = Σ_i z_i q*_t(i), or G_t           [*B, T, 1]
+    chosen_distribution: Tensor | None  # q(x_t, a_t, ·), online, detached [*B, T, N]; ND: None
 
 
 class ReactorLoss(LossModule):
@@ -92,13 +93,20 @@ class ReactorLoss(LossModule):
 
     Priorities: the loss writes into the **input** TensorDict, under ``tensor_keys.priority``
     (``"td_error"``), the per-sequence priority
+    (:func:`~ac_extensions.functional.sequence_priority`)
 
-        p = η max_t δ_t + (1 − η) mean_t δ_t,   δ_t = |G_t − Q(x_t, a_t)|
+        p = η max_t δ_t + (1 − η) mean_t δ_t
 
-    over the valid steps (online critic, means of the distributions), repeated at every step
-    (shape [*B, T], like the input's batch), so that ``rb.update_tensordict_priority(sample)``
-    works. η = 0.9 is R2D2's (Kapturowski et al., 2019); Reactor's exact aggregation is
-    unverified (research/algorithms.md §b.4). If the input holds ``tensor_keys.priority_weight``
+    over the valid steps, repeated at every step (shape [*B, T], like the input's batch), so
+    that ``rb.update_tensordict_priority(sample)`` works. The paper's (§3.3, the default,
+    ``priority_metric="auto"``, η = 0): the mean along the sequence of the total variation
+    δ_t = ½ Σ_i |q*_t(i) − q_i(x_t, a_t)| between the target and the online critic's
+    distribution (distributional critic, ``"tv"``), or of |G_t − Q(x_t, a_t)| (scalar critic,
+    ``"td"``). ``priority_metric="td"`` with the distributional critic compares only the
+    means, which is ~0 for two distributions that disagree completely but share their mean;
+    ``priority_eta=0.9`` is R2D2's max/mean mixture (Kapturowski et al., 2019): both were this
+    library's defaults before, kept as named options. If the input holds
+    ``tensor_keys.priority_weight``
     (``"priority_weight"``, [*B, T] or [*B, T, 1]: one weight per step, a sequence's weight
     repeated at its steps, as TorchRL's samplers write it into a sample) and
     ``use_prioritized_weights`` is not False, every per-step loss is multiplied by it before the
@@ -118,6 +126,13 @@ class ReactorLoss(LossModule):
     the whole sequence from the hidden state stored at its first step; the outputs at the next
     states come step by step from the hidden states stored under ``("next", ...)``.
     Feed-forward networks reuse the outputs of row t + 1 for x_{t+1} where the episode goes on.
+    ``bootstrap_states`` picks where a recurrent network's state at x_{t+1} comes from:
+    ``"unroll"`` (default) reuses the pass over the window (row t + 1's outputs, and for the
+    window's last step one more step from the state the pass reached), so burn-in and weight
+    changes refresh the targets as well as the predictions; ``"stored"`` starts every
+    x_{t+1} from the state stored at collection under ``("next", ...)`` (this library's
+    behaviour before; cheaper, but stale by as many updates as the data is old). Either way a
+    truncated episode end inside the window reads its stored next state.
 
     Args:
         actor_network: module writing the policy logits (``logits``, [*B, T, A]); a TorchRL
@@ -137,7 +152,12 @@ class ReactorLoss(LossModule):
             Reactor-style implementation found (xlnwel's mrdqn, ``loo_c: 1``) uses it.
         entropy_coeff: entropy bonus coefficient (0.01 as A3C/ACER; Reactor's unverified).
         critic_coeff: critic loss coefficient.
-        priority_eta: η ∈ [0, 1] of the priority aggregation.
+        priority_eta: η ∈ [0, 1] of the priority aggregation (0: the paper's mean).
+        priority_metric: per-step error δ_t of the priority: ``"auto"`` (the paper's: ``"tv"``
+            for the distributional critic, ``"td"`` for ND), ``"tv"`` (total variation between
+            q*_t and q(x_t, a_t); distributional only) or ``"td"`` (|G_t − Q(x_t, a_t)|).
+        bootstrap_states: ``"unroll"`` or ``"stored"``: where a recurrent network's state at
+            x_{t+1} comes from (see above; no effect on feed-forward networks).
 
     Example:
         >>> import torch
@@ -209,7 +229,9 @@ class ReactorLoss(LossModule):
         loo_threshold: float = 1.0,
         entropy_coeff: float = 0.01,
         critic_coeff: float = 1.0,
-        priority_eta: float = 0.9,
+        priority_eta: float = 0.0,
+        priority_metric: str = "auto",
+        bootstrap_states: str = "unroll",
     ) -> None:
         super().__init__()
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("priority_eta", priority_eta)):
@@ -221,6 +243,16 @@ class ReactorLoss(LossModule):
             )
         if math.isnan(loo_threshold) or loo_threshold < 0:
             raise ValueError(f"loo_threshold must be >= 0 (inf allowed), got {loo_threshold}")
+        if priority_metric not in ("auto", "tv", "td"):
+            raise ValueError(
+                f"priority_metric must be 'auto', 'tv' or 'td', got {priority_metric!r}"
+            )
+        if priority_metric == "tv" and not distributional:
+            raise ValueError("priority_metric='tv' needs the distributional critic")
+        if bootstrap_states not in ("unroll", "stored"):
+            raise ValueError(
+                f"bootstrap_states must be 'unroll' or 'stored', got {bootstrap_states!r}"
+            )
         self._tensor_keys = self._AcceptedKeys()
         self._shared_head = critic_network is None
         self._recurrent = is_recurrent(actor_network, critic_network)
@@ -236,6 +268,10 @@ class ReactorLoss(LossModule):
         self.lmbda = lmbda
         self.loo_threshold = float(loo_threshold)
         self.priority_eta = priority_eta
+        if priority_metric == "auto":
+            priority_metric = "tv" if distributional else "td"
+        self.priority_metric = priority_metric
+        self.bootstrap_states = bootstrap_states
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms))
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
         self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)))
@@ -301,11 +337,11 @@ class ReactorLoss(LossModule):
             net = self.actor_network
             return net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
 
-    def _critic(self, tensordict: TensorDictBase, params: TensorDictParams) -> Tensor:
-        """The critic's output key, read from the critic (or the shared actor) under params."""
+    def _critic_pass(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
+        """The critic's (or the shared actor's) whole output under ``params``."""
         if self._shared_head:
-            out = self._actor(tensordict, params).get(self._critic_key, None)
-            if out is None:
+            out = self._actor(tensordict, params)
+            if out.get(self._critic_key, None) is None:
                 raise KeyError(
                     f"{type(self).__name__}: critic_network is None but the actor wrote no "
                     f"{self._critic_key!r} (batch_size {list(tensordict.batch_size)})"
@@ -313,10 +349,18 @@ class ReactorLoss(LossModule):
             return out
         inputs = tensordict.select(*self.critic_network.in_keys, strict=False).copy()
         with params.to_module(self.critic_network):
-            return self.critic_network(inputs).get(self._critic_key)
+            return self.critic_network(inputs)
 
-    def _online(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Current policy logits [*B, T, A] and critic output ([*B, T, A, N] or [*B, T, A])."""
+    def _critic(self, tensordict: TensorDictBase, params: TensorDictParams) -> Tensor:
+        """The critic's output key, read from the critic (or the shared actor) under params."""
+        return self._critic_pass(tensordict, params).get(self._critic_key)
+
+    def _online(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor, TensorDictBase]:
+        """Online policy logits, critic output and the whole online pass.
+
+        Returns logits [*B, T, A], the critic output ([*B, T, A, N] or [*B, T, A]) and the
+        pass's outputs (holding the recurrent states it reached).
+        """
         out = self._actor(tensordict, self.actor_network_params)
         logits = out.get(self.tensor_keys.logits)
         if self._shared_head:
@@ -327,8 +371,61 @@ class ReactorLoss(LossModule):
                     f"{self._critic_key!r} beside {self.tensor_keys.logits!r} of shape "
                     f"{list(logits.shape)}"
                 )
-            return logits, critic
-        return logits, self._critic(tensordict, self.critic_network_params)
+            return logits, critic, out
+        critic_out = self._critic_pass(tensordict, self.critic_network_params)
+        return logits, critic_out.get(self._critic_key), out.update(critic_out)
+
+    def _unrolled_next_outputs(
+        self,
+        tensordict: TensorDictBase,
+        nxt: TensorDictBase,
+        current: tuple[Tensor, Tensor],
+        passes: tuple[TensorDictBase, TensorDictBase],
+    ) -> tuple[Tensor, Tensor]:
+        """Policy logits and target critic output at x_{t+1} from the pass over the window.
+
+        Recurrent networks, ``bootstrap_states="unroll"``: where the episode goes on inside the
+        window, x_{t+1} is row t + 1, whose outputs the pass already holds (shifted by one
+        step); the window's last step runs one more step from the state each pass (online for
+        the policy, target for the critic) reached at its end; a done step inside the window
+        (a truncation: its next observation is not row t + 1) reads its stored next state.
+
+        Args:
+            tensordict: the input sequences, batch [*B, T].
+            nxt: ``tensordict.get("next")``.
+            current: the policy logits [*B, T, A] (online) and the critic output (target).
+            passes: the online and the target pass's outputs, holding ``("next", state)``.
+
+        Returns:
+            The two outputs at x_{t+1}, shapes as ``current``, detached.
+        """
+        time_dim = tensordict.batch_dims - 1
+        fresh = nxt.get(self.tensor_keys.done).reshape(tensordict.batch_size).clone()
+        fresh[..., -1] = False
+        out = []
+        for value in current:  # row t + 1's outputs at step t; the last step is filled below
+            value = value.detach()
+            steps = value.shape[time_dim]
+            head, tail = value.narrow(time_dim, 1, steps - 1), value.narrow(time_dim, steps - 1, 1)
+            out.append(torch.cat([head, tail], time_dim))
+        with set_recurrent_mode(False):
+            if bool(fresh.any()):  # truncations inside the window: the stored next state
+                for value, computed in zip(out, self._bootstrap_outputs(nxt[fresh]), strict=True):
+                    value[fresh] = computed.to(value.dtype)
+            last = nxt[..., -1]  # the inputs at x_T                              [*B]
+            ends = []
+            for pass_out in passes:  # the state the pass reached after step T − 1
+                step = last.clone(recurse=False)
+                for key in self._recurrent_keys:
+                    reached = pass_out.get(("next", key), None)
+                    if reached is not None:  # [*B, T, *H]: only step T − 1 holds a state
+                        step.set(key, reached.select(time_dim, reached.shape[time_dim] - 1))
+                ends.append(step)
+            logits = self._actor(ends[0], self.actor_network_params).get(self.tensor_keys.logits)
+            critic = self._critic(ends[1], self._target_params())
+        for value, computed in zip(out, (logits, critic), strict=True):
+            value.select(time_dim, value.shape[time_dim] - 1).copy_(computed.detach())
+        return out[0], out[1]
 
     def _target_params(self) -> TensorDictParams:
         if self._shared_head:
@@ -436,7 +533,7 @@ class ReactorLoss(LossModule):
         # Padded steps end the traces: no target or priority reads past the last valid step.
         tensordict = cut_traces_at_padding(tensordict, valid_mask(self, tensordict), keys.done)
         nxt = tensordict.get("next")
-        logits, critic = self._online(tensordict)
+        logits, critic, online_pass = self._online(tensordict)
         self._check_outputs(tensordict.batch_size, logits, critic, action)
         log_probs = logits.log_softmax(-1)  # log π(·|x_t)                        [*B, T, A]
         probs = log_probs.exp()
@@ -445,16 +542,22 @@ class ReactorLoss(LossModule):
         done, terminated = nxt.get(keys.done), nxt.get(keys.terminated)
         support = self.support.to(dtype)
         with torch.no_grad():
-            target_now = self._critic(tensordict, self._target_params())
-            next_logits, target_next = next_step_outputs(
-                tensordict,
-                nxt,
-                (logits, target_now),
-                self._bootstrap_outputs,
-                self._network_in_keys(),
-                keys.done,
-                self._recurrent,
-            )
+            target_pass = self._critic_pass(tensordict, self._target_params())
+            target_now = target_pass.get(self._critic_key)
+            if self._recurrent and self.bootstrap_states == "unroll":
+                next_logits, target_next = self._unrolled_next_outputs(
+                    tensordict, nxt, (logits, target_now), (online_pass, target_pass)
+                )
+            else:
+                next_logits, target_next = next_step_outputs(
+                    tensordict,
+                    nxt,
+                    (logits, target_now),
+                    self._bootstrap_outputs,
+                    self._network_in_keys(),
+                    keys.done,
+                    self._recurrent,
+                )
             next_probs = next_logits.softmax(-1)  # π(·|x_{t+1}), current policy   [*B, T, A]
             ratio = (log_probs.gather(-1, action) - log_mu.to(dtype)).exp()  # ρ_t   [*B, T, 1]
             trace = F.retrace_trace(ratio, self.lmbda)  # c_t = λ min(1, ρ_t)
@@ -485,9 +588,11 @@ class ReactorLoss(LossModule):
             chosen_log_q = critic.log_softmax(-1).gather(-2, index).squeeze(-2)  # [*B, T, N]
             critic_loss = -(target * chosen_log_q).sum(-1, keepdim=True)  # −Σ_i q*_i log q_i
             q = (critic.softmax(-1) * support).sum(-1)  # Q(x_t, ·) = E[Z]            [*B, T, A]
+            chosen_distribution = chosen_log_q.detach().exp()  # q(x_t, a_t, ·)   [*B, T, N]
         else:
             q = critic
             critic_loss = 0.5 * (corrected_return - q.gather(-1, action)).pow(2)  # ½(G − Q)²
+            chosen_distribution = None
         return _Terms(
             td=tensordict,
             probs=probs,
@@ -499,6 +604,7 @@ class ReactorLoss(LossModule):
             critic=critic_loss,
             target=target,
             corrected_return=corrected_return,
+            chosen_distribution=chosen_distribution,
         )
 
     def targets(self, tensordict: TensorDictBase) -> Tensor:
@@ -561,18 +667,13 @@ class ReactorLoss(LossModule):
         return weight.reshape(batch).unsqueeze(-1)
 
     def _write_priority(
-        self, tensordict: TensorDictBase, td_error: Tensor, mask: Tensor | None
+        self, tensordict: TensorDictBase, error: Tensor, mask: Tensor | None
     ) -> None:
         """Write p = η max_t δ_t + (1 − η) mean_t δ_t (valid steps) at every step of the input."""
-        delta = td_error.squeeze(-1)  # [*B, T]
-        if mask is not None:
-            delta = torch.where(mask, delta, torch.zeros_like(delta))
-            count = mask.sum(-1).clamp_min(1).to(delta.dtype)
-        else:
-            count = torch.full_like(delta[..., 0], delta.shape[-1])
-        eta = self.priority_eta
-        priority = eta * delta.amax(-1) + (1.0 - eta) * delta.sum(-1) / count  # [*B]
-        priority = priority.unsqueeze(-1).expand_as(delta).reshape(tensordict.batch_size).clone()
+        priority = F.sequence_priority(error, mask, self.priority_eta)  # [*B]
+        steps = error.shape[-2]
+        priority = priority.unsqueeze(-1).expand(*priority.shape, steps)
+        priority = priority.reshape(tensordict.batch_size).clone()
         if tensordict.device is not None:
             priority = priority.to(tensordict.device)
         tensordict.set(self.tensor_keys.priority, priority.detach(), inplace=True)
@@ -592,12 +693,16 @@ class ReactorLoss(LossModule):
         entropy = -(x.probs * x.log_probs).sum(-1, keepdim=True)  # H(π(·|x_t))  [*B, T, 1]
         with torch.no_grad():
             chosen_q = x.q.gather(-1, x.action)  # Q(x_t, a_t)                   [*B, T, 1]
-            td_error = (x.corrected_return - chosen_q).abs()  # δ_t              [*B, T, 1]
+            td_error = (x.corrected_return - chosen_q).abs()  # |G_t − Q(x_t, a_t)|  [*B, T, 1]
+            if self.priority_metric == "tv":  # ½ Σ_i |q*_t(i) − q_i(x_t, a_t)|     [*B, T, 1]
+                error = F.total_variation(x.target, x.chosen_distribution)
+            else:
+                error = td_error
             beta = x.behavior_prob.reciprocal().clamp(max=c)  # β = min(c, 1/µ(â))
             negative = (-x.target).clamp_min(0).sum(-1, keepdim=True)  # Σ_i max(0, −q*_i)
             if not self.distributional:
                 negative = torch.zeros_like(negative)
-        self._write_priority(tensordict, td_error, mask)
+        self._write_priority(tensordict, error, mask)
         mean = self._mean
         return TensorDict(
             {

@@ -6,6 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
+from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import HardUpdate
 
 import ac_extensions.functional as F
@@ -43,6 +44,19 @@ class SharedNet(torch.nn.Module):
     def forward(self, obs):
         h = self.torso(obs)
         return self.policy(h), self.q(h).unflatten(-1, (ACT, self.num_atoms))
+
+
+class _Bimodal(torch.nn.Module):
+    """Action-value logits [*, A, 5] putting half the mass on the first and the last atom."""
+
+    def __init__(self):
+        super().__init__()
+        self.height = torch.nn.Parameter(torch.tensor(50.0))
+
+    def forward(self, obs):
+        logits = torch.zeros(*obs.shape[:-1], ACT, 5)
+        logits[..., 0] = logits[..., -1] = 1.0
+        return logits * self.height
 
 
 def networks(seed=0, distributional=True, num_atoms=N, dtype=torch.float32):
@@ -471,8 +485,8 @@ class TestPriorities:
         loss(td)
         torch.testing.assert_close(existing, torch.full((1, 3), 3.5 / 3))
 
-    def test_distributional_priority_compares_means(self):
-        loss = make_loss(*networks(), priority_eta=0.5)
+    def test_distributional_td_priority_compares_means(self):
+        loss = make_loss(*networks(), priority_eta=0.5, priority_metric="td")
         td = sequences()
         out = loss(td)
         with torch.no_grad():
@@ -483,6 +497,51 @@ class TestPriorities:
         expected = 0.5 * delta.amax(-1) + 0.5 * delta.mean(-1)
         torch.testing.assert_close(td["td_error"], expected[:, None].expand(3, 6))
         torch.testing.assert_close(out["td_error_mean"], delta.mean())
+
+    def test_distributional_priority_is_mean_total_variation(self):
+        # The paper's default (§3.3): mean_t ½ Σ_i |q*_t(i) − q_i(x_t, a_t)|, online critic.
+        loss = make_loss(*networks())
+        assert (loss.priority_metric, loss.priority_eta) == ("tv", 0.0)
+        td = sequences()
+        loss(td)
+        with torch.no_grad():
+            atoms = loss.critic_network(td.clone())["action_value_logits"].softmax(-1)
+            index = td["action"][..., None, None].expand(3, 6, 1, atoms.shape[-1])
+            chosen = atoms.gather(-2, index).squeeze(-2)  # [B, T, N]
+            target = loss.targets(td)
+            tv = [
+                [
+                    0.5
+                    * sum(
+                        abs(float(target[b, t, i]) - float(chosen[b, t, i]))
+                        for i in range(atoms.shape[-1])
+                    )
+                    for t in range(6)
+                ]
+                for b in range(3)
+            ]  # a naive loop
+        expected = torch.tensor(tv).mean(-1)
+        torch.testing.assert_close(td["td_error"], expected[:, None].expand(3, 6))
+
+    def test_total_variation_sees_disagreeing_distributions_with_equal_means(self):
+        # Prediction: half the mass at −5, half at +5 (mean 0); target: every step terminal
+        # with reward 0, a point mass at 0 (mean 0). The means agree, the distributions do not.
+        actor = TensorDictModule(torch.nn.Linear(OBS, ACT), ["observation"], ["logits"])
+        critic = TensorDictModule(_Bimodal(), ["observation"], ["action_value_logits"])
+        td = sequences((2, 6))
+        td["next", "reward"] = torch.zeros(2, 6, 1)
+        td["next", "done"][:] = True
+        td["next", "terminated"][:] = True
+        make_loss(actor, critic, num_atoms=5)(td)  # support [−5, −2.5, 0, 2.5, 5]
+        torch.testing.assert_close(td["td_error"], torch.ones(2, 6))  # TV = ½(½ + ½ + 1)
+        make_loss(actor, critic, num_atoms=5, priority_metric="td")(td)
+        torch.testing.assert_close(td["td_error"], torch.zeros(2, 6), atol=1e-5, rtol=0)
+
+    def test_tv_needs_the_distributional_critic(self):
+        with pytest.raises(ValueError, match="priority_metric='tv' needs"):
+            make_loss(*networks(distributional=False), distributional=False, priority_metric="tv")
+        with pytest.raises(ValueError, match="priority_metric must be"):
+            make_loss(*networks(), priority_metric="max")
 
     def test_repeated_calls_write_in_place(self):
         loss = make_loss(*networks())
@@ -587,3 +646,82 @@ class TestBadInput:
     def test_no_value_estimator(self):
         with pytest.raises(NotImplementedError, match="target network"):
             make_loss(*networks()).make_value_estimator("retrace")
+
+
+class TestBootstrapStates:
+    """``bootstrap_states``: the recurrent state at x_{t+1} from the pass or from storage."""
+
+    @staticmethod
+    def collected(seed=0):
+        from torchrl.collectors import Collector
+
+        from ac_extensions.modules import make_reactor_actor, reactor_env_transforms
+        from ac_extensions.runtime.envs import make_batched_env
+
+        torch.manual_seed(seed)
+        actor = make_reactor_actor(4, 2, hidden_sizes=(16,), recurrent_size=8, num_atoms=N)
+        env = make_batched_env("CartPole-v1", 2, extra_transforms=[reactor_env_transforms(actor)])
+        env.set_seed(seed)
+        collector = Collector(env, actor, frames_per_batch=80, total_frames=80)
+        batch = next(iter(collector))  # [2, 40]
+        collector.shutdown()
+        return actor, batch
+
+    @staticmethod
+    def loss_of(actor, mode):
+        return make_loss(actor, None, bootstrap_states=mode, v_min=-10.0, v_max=10.0)
+
+    @staticmethod
+    def drift(actor, seed=1):
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in actor.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
+
+    @staticmethod
+    def recomputed_states(actor, batch):
+        """Naive loop: carry each LSTM's state step by step with the current weights."""
+        from ac_extensions.modules import reactor_hidden_state_keys
+
+        keys = reactor_hidden_state_keys("policy") + reactor_hidden_state_keys("critic")
+        net = actor.module[0]  # the network without the sampling step
+        out = batch.clone()
+        carried = {k: batch[k][:, 0] for k in keys}
+        with torch.no_grad(), set_recurrent_mode(False):
+            for t in range(batch.shape[1]):
+                step = batch[:, t].select("observation", "prev_action", "prev_reward", "is_init")
+                init = step["is_init"].unsqueeze(-1)  # [E, 1, 1]: a reset starts from zeros
+                for k in keys:
+                    carried[k] = torch.where(init, torch.zeros_like(carried[k]), carried[k])
+                    step[k] = carried[k]
+                    out[k][:, t] = carried[k]
+                step = net(step)
+                for k in keys:
+                    carried[k] = step["next", k]
+                    out["next", k][:, t] = carried[k]
+        return out
+
+    @pytest.mark.timeout(120)
+    def test_unroll_equals_stored_states_when_the_weights_have_not_moved(self):
+        actor, batch = self.collected()
+        with torch.no_grad(), set_recurrent_mode(True):
+            unroll = self.loss_of(actor, "unroll").targets(batch.clone())
+            stored = self.loss_of(actor, "stored").targets(batch.clone())
+        torch.testing.assert_close(unroll, stored, atol=1e-5, rtol=1e-5)
+
+    @pytest.mark.timeout(120)
+    def test_unroll_refreshes_the_bootstrap_states_after_a_weight_change(self):
+        actor, batch = self.collected()
+        assert batch["next", "done"].any()  # episode ends inside the window
+        self.drift(actor)
+        with torch.no_grad(), set_recurrent_mode(True):
+            unroll = self.loss_of(actor, "unroll").targets(batch.clone())
+            stale = self.loss_of(actor, "stored").targets(batch.clone())
+            # the stored-state path on states recomputed with the current weights, step by step
+            fresh = self.loss_of(actor, "stored").targets(self.recomputed_states(actor, batch))
+        assert (unroll - stale).abs().max() > 1e-3  # the stored states are stale
+        torch.testing.assert_close(unroll, fresh, atol=1e-5, rtol=1e-4)
+
+    def test_bootstrap_states_is_checked(self):
+        with pytest.raises(ValueError, match="bootstrap_states must be"):
+            make_loss(*networks(), bootstrap_states="burn")
