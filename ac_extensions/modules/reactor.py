@@ -34,8 +34,10 @@ Design notes:
 * Stored state (R2D2 §3): the hidden states are stored at collection, so a replayed ``[B, T]``
   sequence can start from the stored state of its first step (recurrent mode) and, with a
   burn-in prefix, refresh it.
-* The torso receives gradients from both branches (no stop-gradient): whether Reactor stops
-  the policy gradient into the torso is unknown to us; a loss can detach if needed.
+* Paper options (§3.4.1), on by default: the policy branch reads the torso's output cut from
+  the graph (only the critic trains the shared torso; ``policy_torso_gradient=True`` lets both
+  train it), the policy is the softmax mixed with the uniform distribution
+  (``policy_epsilon``), and the distributional Q head is dueling (``dueling``).
 * Replaying stored data through the whole ``ProbabilisticActor`` samples a fresh ``action``
   and overwrites ``action`` / ``action_log_prob``: a loss should run ``actor.module[0]`` (the
   network without the sampling step) or replay a copy holding only the inputs.
@@ -43,6 +45,7 @@ Design notes:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -178,22 +181,60 @@ class _Concat(nn.Module):
 
 
 class _ReactorHeads(nn.Module):
-    """Policy logits [*B, A] and Q output [*B, A, N] (distributional) or [*B, A]."""
+    """Policy log-probabilities [*B, A] and Q output [*B, A, N] (distributional) or [*B, A].
 
-    def __init__(self, width: int, num_actions: int, num_atoms: int | None) -> None:
+    Policy (Gruslys et al., 2018, arXiv:1704.04651v2, §3.4.1): the softmax mixed with the
+    uniform distribution, π = (1 − ε) softmax(l) + ε/A, written as its logarithm (normalised
+    logits: ``log_softmax`` of them returns them unchanged), so π(a) >= ε/A and the stored
+    µ(a|x) of any action stays bounded away from 0. Q (§3.4.1, dueling as Wang et al., 2016,
+    arXiv:1511.06581, Eq. 9, per atom): logits_{a,i} = v_i + (adv_{a,i} − mean_b adv_{b,i}).
+    """
+
+    def __init__(
+        self,
+        width: int,
+        num_actions: int,
+        num_atoms: int | None,
+        *,
+        policy_epsilon: float = 0.0,
+        dueling: bool = False,
+    ) -> None:
         super().__init__()
         self.num_actions, self.num_atoms = num_actions, num_atoms
+        self.policy_epsilon, self.dueling = policy_epsilon, dueling
+        atoms = num_atoms or 1
         self.policy = nn.Linear(width, num_actions)
-        self.qvalue = nn.Linear(width, num_actions * (num_atoms or 1))
+        self.qvalue = nn.Linear(width, num_actions * atoms)  # the advantages if dueling
+        self.state_value = nn.Linear(width, atoms) if dueling else None
         # Small policy head (near-uniform initial π; Andrychowicz et al., 2021, §3.2).
         nn.init.orthogonal_(self.policy.weight, 0.01)
         nn.init.zeros_(self.policy.bias)
 
     def forward(self, policy_memory: Tensor, critic_memory: Tensor) -> tuple[Tensor, Tensor]:
-        q = self.qvalue(critic_memory)
-        if self.num_atoms is not None:
-            q = q.unflatten(-1, (self.num_actions, self.num_atoms))  # [*B, A, N]
-        return self.policy(policy_memory), q
+        q = self.qvalue(critic_memory).unflatten(-1, (self.num_actions, self.num_atoms or 1))
+        if self.state_value is not None:  # v_i + adv_{a,i} − mean_b adv_{b,i}     [*B, A, N]
+            value = self.state_value(critic_memory).unsqueeze(-2)  # [*B, 1, N]
+            q = value + q - q.mean(-2, keepdim=True)
+        if self.num_atoms is None:
+            q = q.squeeze(-1)  # [*B, A]
+        logits = self.policy(policy_memory)
+        eps = self.policy_epsilon
+        if eps > 0:  # log[(1 − ε) softmax(l) + ε/A]                                  [*B, A]
+            logits = torch.logaddexp(
+                logits.log_softmax(-1) + math.log1p(-eps),
+                torch.full_like(logits, math.log(eps / self.num_actions)),
+            )
+        return logits, q
+
+
+class _StopGradient(nn.Module):
+    """The input, cut from the graph (Reactor, §3.4.1).
+
+    The policy branch reads it, so the policy's gradient does not reach the shared torso.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.detach()
 
 
 def reactor_hidden_state_keys(branch: str) -> list[str]:
@@ -228,6 +269,9 @@ def make_reactor_actor(
     previous_action_reward: bool = True,
     recurrent: bool = True,
     observation_key: str = "observation",
+    policy_epsilon: float = 0.01,
+    dueling: bool = True,
+    policy_torso_gradient: bool = False,
 ) -> ProbabilisticActor:
     """Reactor's recurrent policy-plus-distributional-Q network, as one TorchRL actor.
 
@@ -260,6 +304,17 @@ def make_reactor_actor(
             ``*_recurrent_state_*`` keys.
         observation_key: the observation entry to read, shape [*B, D], [*B, C, 84, 84] or
             [*B, C, 10, 10].
+        policy_epsilon: ε of the policy π = (1 − ε) softmax + ε/A (Reactor, §3.4.1: the
+            softmax is mixed with a fixed uniform distribution, so µ(a|x) >= ε/A and the
+            importance ratios π/µ stay bounded). 0.01 is our choice: the paper's value could
+            not be verified here (research/algorithms.md §b.5). 0: the plain softmax (this
+            library's network before).
+        dueling: the Q head as state value + mean-centred advantages, per atom (Reactor's
+            dueling distributional head; Wang et al., 2016, arXiv:1511.06581, Eq. 9). False:
+            one linear layer to A×N logits.
+        policy_torso_gradient: False (Reactor, §3.4.1): the policy branch reads the torso's
+            output cut from the graph, so only the critic trains the shared torso. True: both
+            branches train it (this library's network before).
 
     Returns:
         A ``ProbabilisticActor`` (Categorical on ``logits``, ``return_log_prob=True``). It
@@ -314,11 +369,19 @@ def make_reactor_actor(
             )
         )
         lstm_input, width = "lstm_input", width + num_actions + 1  # [*B, F + A + 1]
+    if not 0.0 <= policy_epsilon < 1.0:
+        raise ValueError(f"policy_epsilon must lie in [0, 1), got {policy_epsilon}")
+    branch_input = {"policy": lstm_input, "critic": lstm_input}
+    if not policy_torso_gradient:  # the policy's gradient stops before the shared torso
+        modules.append(TensorDictModule(_StopGradient(), [lstm_input], ["policy_input"]))
+        branch_input["policy"] = "policy_input"
     for branch in BRANCHES:
         if not recurrent:  # feed-forward branch: Linear + tanh, no stored state
             modules.append(
                 TensorDictModule(
-                    _mlp_torso(width, (recurrent_size,)), [lstm_input], [f"{branch}_memory"]
+                    _mlp_torso(width, (recurrent_size,)),
+                    [branch_input[branch]],
+                    [f"{branch}_memory"],
                 )
             )
             continue
@@ -327,12 +390,18 @@ def make_reactor_actor(
             LSTMModule(
                 input_size=width,
                 hidden_size=recurrent_size,
-                in_keys=[lstm_input, *hidden],
+                in_keys=[branch_input[branch], *hidden],
                 out_keys=[f"{branch}_memory", *(("next", k) for k in hidden)],
             )
         )
     q_key = "action_value_logits" if distributional else "action_value"
-    heads = _ReactorHeads(recurrent_size, num_actions, num_atoms if distributional else None)
+    heads = _ReactorHeads(
+        recurrent_size,
+        num_actions,
+        num_atoms if distributional else None,
+        policy_epsilon=policy_epsilon,
+        dueling=dueling,
+    )
     modules.append(TensorDictModule(heads, ["policy_memory", "critic_memory"], ["logits", q_key]))
     return ProbabilisticActor(
         TensorDictSequential(*modules),

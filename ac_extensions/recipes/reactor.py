@@ -152,8 +152,26 @@ class ReactorConfig(RunConfig):
     loo_threshold: float = 1.0
     """c of β = min(c, 1/µ(â)) (β-LOO, §3.1): 1 is plain leave-one-out, the value of the only
     Reactor-style implementation found (xlnwel's mrdqn)."""
-    priority_eta: float = 0.9
-    """η of the sequence priority η max_t δ_t + (1 − η) mean_t δ_t (R2D2's 0.9)."""
+    priority_eta: float = 0.0
+    """η of the sequence priority η max_t δ_t + (1 − η) mean_t δ_t: 0, the paper's mean along
+    the sequence (§3.3); R2D2's 0.9 was this recipe's default before (see
+    ``benchmarks/results/reactor_paper.md``)."""
+    priority_metric: str = "auto"
+    """δ_t of the priority: ``"auto"`` (the paper's: total variation between q*_t and
+    q(x_t, a_t) for the distributional critic, |TD| for ND), ``"tv"`` or ``"td"`` (|G_t − Q|,
+    the difference of the means; this recipe's default before). See :class:`ReactorLoss`."""
+    bootstrap_states: str = "unroll"
+    """Recurrent network only: the state at x_{t+1} from the pass over the window
+    (``"unroll"``) or stored at collection (``"stored"``, this recipe's behaviour before). See
+    :class:`ReactorLoss`."""
+    policy_epsilon: float = 0.01
+    """ε of the policy (1 − ε) softmax + ε/A (the paper mixes in a uniform distribution,
+    §3.4.1; its value is unverified, 0.01 is ours; 0 was this recipe's network before)."""
+    dueling: bool = True
+    """Dueling distributional Q head (the paper's, §3.4.1; False: one linear layer, before)."""
+    policy_torso_gradient: bool = False
+    """Whether the policy's gradient reaches the shared torso (the paper blocks it, §3.4.1;
+    True was this recipe's network before)."""
     target_update_period: int = 100
     """Learner steps between two copies of the online parameters into the target network
     (``HardUpdate``; tuned, the paper's period is unverified)."""
@@ -172,9 +190,10 @@ class ReactorConfig(RunConfig):
     """α of P(t) ∝ p̃_t^α (the sampler's default; 0: uniform)."""
     uniform_probability: float = 0.1
     """ε, the probability that a sequence is drawn uniformly (the sampler's default)."""
-    importance_exponent: float = 0.4
-    """β of the importance weights w = (P(t)/P_min)^−β (Schaul et al., 2016's starting
-    value, arXiv:1511.05952; kept fixed)."""
+    importance_exponent: float = 1.0
+    """β of the importance weights w = (P(t)/P_min)^−β: the paper's fixed β = 1 (§3.3; full
+    correction of the prioritised sampling). 0.4, Schaul et al., 2016's starting value
+    (arXiv:1511.05952), never annealed, was this recipe's default before: a permanent bias."""
     torch_threads: int | None = 1
     """Threads of the learner process (``None``: torch's default). One by default: the
     networks are tiny, and on a 2-core machine shared with the collector workers a learner step
@@ -183,6 +202,21 @@ class ReactorConfig(RunConfig):
     """Factor on the rewards the learner sees (so the discounted returns fit the support);
     the logged returns stay the environment's. Not in the paper, whose Atari rewards are
     clipped to [−1, 1]."""
+
+    PREVIOUS: ClassVar[Mapping[str, Any]] = {
+        "priority_eta": 0.9,
+        "priority_metric": "td",
+        "bootstrap_states": "stored",
+        "importance_exponent": 0.4,
+        "policy_epsilon": 0.0,
+        "dueling": False,
+        "policy_torso_gradient": True,
+    }
+    """The settings where this recipe departed from the paper before it followed it (R2D2's
+    priority of the mean difference, β 0.4, plain softmax, single-stream Q head, policy
+    gradient into the torso, stored bootstrap states): ``ReactorConfig(**ReactorConfig.
+    PREVIOUS)`` reproduces it. Measured against the paper's settings in
+    ``benchmarks/reactor_paper.py``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -269,6 +303,9 @@ def make_actor(config: ReactorConfig):
         distributional=config.distributional,
         previous_action_reward=config.recurrent,
         recurrent=config.recurrent,
+        policy_epsilon=config.policy_epsilon,
+        dueling=config.dueling,
+        policy_torso_gradient=config.policy_torso_gradient,
     )
 
 
@@ -309,6 +346,8 @@ def build(config: ReactorConfig):
         entropy_coeff=config.entropy_coeff,
         critic_coeff=config.critic_coeff,
         priority_eta=config.priority_eta,
+        priority_metric=config.priority_metric,
+        bootstrap_states=config.bootstrap_states,
     )
     optimizer = torch.optim.Adam(loss.actor_network_params.values(True, True), lr=config.lr)
     target = HardUpdate(loss, value_network_update_interval=config.target_update_period - 1)

@@ -110,8 +110,9 @@ def test_cnn_torso_on_frames():
         make_reactor_actor(4, 6, torso="cnn")
 
 
-def test_policy_and_critic_have_their_own_lstm_and_share_the_torso():
-    actor = small_actor()
+@pytest.mark.parametrize("policy_torso_gradient", [False, True])
+def test_policy_and_critic_have_their_own_lstm_and_share_the_torso(policy_torso_gradient):
+    actor = small_actor(policy_torso_gradient=policy_torso_gradient)
     lstms = [m for m in actor.modules() if isinstance(m, LSTMModule)]
     assert len(lstms) == 2 and lstms[0].lstm is not lstms[1].lstm
     assert lstms[0].in_keys[1:3] == reactor_hidden_state_keys("policy")
@@ -120,13 +121,58 @@ def test_policy_and_critic_have_their_own_lstm_and_share_the_torso():
     torso = list(actor.module[0].module[0].module.parameters())
     policy_lstm, critic_lstm = (list(m.lstm.parameters()) for m in lstms)
     grads = torch.autograd.grad(
-        out["logits"].sum(), torso + policy_lstm + critic_lstm, allow_unused=True
+        out["logits"].sum() + out["logits"][..., 0].sum(),
+        torso + policy_lstm + critic_lstm,
+        allow_unused=True,
+        retain_graph=True,
     )
     n = len(torso)
-    assert all(g is not None and g.abs().sum() > 0 for g in grads[: n + len(policy_lstm)])
+    if policy_torso_gradient:  # both branches train the torso
+        assert all(g is not None and g.abs().sum() > 0 for g in grads[:n])
+    else:  # Reactor (§3.4.1): the policy's gradient stops before the shared torso
+        assert all(g is None for g in grads[:n])
+    assert all(g is not None and g.abs().sum() > 0 for g in grads[n : n + len(policy_lstm)])
     assert all(g is None for g in grads[n + len(policy_lstm) :])  # logits ignore critic LSTM
-    q_grads = torch.autograd.grad(out["action_value_logits"].sum(), policy_lstm, allow_unused=True)
-    assert all(g is None for g in q_grads)
+    q_grads = torch.autograd.grad(
+        out["action_value_logits"].sum(), torso + policy_lstm, allow_unused=True
+    )
+    assert all(g is not None and g.abs().sum() > 0 for g in q_grads[:n])  # the critic trains it
+    assert all(g is None for g in q_grads[n:])
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.01, 0.3])
+def test_policy_is_the_softmax_mixed_with_uniform(epsilon):
+    actor = small_actor(policy_epsilon=epsilon, recurrent=False)
+    head = actor.module[0].module[-1].module  # the heads
+    td = inputs((7,)).exclude(*STATE_KEYS, "is_init")
+    out = actor(td.clone())
+    raw = head.policy(out["policy_memory"])  # l, before the mixture
+    expected = (1 - epsilon) * raw.softmax(-1) + epsilon / ACT  # π = (1 − ε) softmax(l) + ε/A
+    log_pi = out["logits"].log_softmax(-1)
+    torch.testing.assert_close(log_pi.exp(), expected)
+    if epsilon > 0:  # written as normalised log-probabilities
+        torch.testing.assert_close(log_pi, out["logits"])
+    assert bool((log_pi.exp() >= epsilon / ACT - 1e-7).all())
+    log_mu = log_pi.gather(-1, out["action"].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(out["action_log_prob"], log_mu)  # µ of the mixed policy
+    with pytest.raises(ValueError, match="policy_epsilon"):
+        small_actor(policy_epsilon=1.0)
+
+
+@pytest.mark.parametrize("distributional", [True, False])
+def test_dueling_q_head_is_value_plus_centred_advantage(distributional):
+    actor = small_actor(recurrent=False, distributional=distributional)
+    head = actor.module[0].module[-1].module
+    td = inputs((5,)).exclude(*STATE_KEYS, "is_init")
+    out = actor(td.clone())
+    key = "action_value_logits" if distributional else "action_value"
+    q = out[key] if distributional else out[key].unsqueeze(-1)  # [5, A, N or 1]
+    value = head.state_value(out["critic_memory"])  # [5, N or 1]
+    torch.testing.assert_close(q.mean(-2), value)  # mean_a (v + adv_a − mean adv) = v
+    advantage = head.qvalue(out["critic_memory"]).unflatten(-1, (ACT, -1))
+    torch.testing.assert_close(q - value.unsqueeze(-2), advantage - advantage.mean(-2, True))
+    plain = small_actor(recurrent=False, distributional=distributional, dueling=False)
+    assert plain.module[0].module[-1].module.state_value is None
 
 
 def test_env_transforms_hold_one_primer_for_both_lstms_and_check_specs():
