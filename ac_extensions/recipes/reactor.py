@@ -251,6 +251,7 @@ class ReactorConfig(RunConfig):
                 f"need v_min < v_max and num_atoms >= 2, got {self.v_min}, {self.v_max}, "
                 f"{self.num_atoms}"
             )
+        self._check_paper_options()
         if not 0 <= self.uniform_probability <= 1:
             raise ValueError(
                 f"uniform_probability must lie in [0, 1], got {self.uniform_probability}"
@@ -260,6 +261,23 @@ class ReactorConfig(RunConfig):
                 f"priority_exponent and importance_exponent must be >= 0, got "
                 f"{self.priority_exponent}, {self.importance_exponent}"
             )
+
+    def _check_paper_options(self) -> None:
+        """Validate the options that choose between the paper and the earlier recipe."""
+        if self.priority_metric not in ("auto", "tv", "td"):
+            raise ValueError(
+                f"priority_metric must be 'auto', 'tv' or 'td', got {self.priority_metric!r}"
+            )
+        if self.priority_metric == "tv" and not self.distributional:
+            raise ValueError("priority_metric='tv' needs distributional=True")
+        if self.bootstrap_states not in ("unroll", "stored"):
+            raise ValueError(
+                f"bootstrap_states must be 'unroll' or 'stored', got {self.bootstrap_states!r}"
+            )
+        if not 0 <= self.policy_epsilon < 1:
+            raise ValueError(f"policy_epsilon must lie in [0, 1), got {self.policy_epsilon}")
+        if not 0 <= self.priority_eta <= 1:
+            raise ValueError(f"priority_eta must lie in [0, 1], got {self.priority_eta}")
 
     @property
     def replay_slots(self) -> int:

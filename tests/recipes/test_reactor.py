@@ -36,11 +36,43 @@ def windows(metrics):
         ("priority_exponent", -1.0),
         ("replay_capacity", 100),  # less than one batch (256 frames)
         ("v_min", 20.0),
+        ("priority_metric", "max"),
+        ("bootstrap_states", "burn_in"),
+        ("policy_epsilon", 1.0),
+        ("priority_eta", 1.5),
     ],
 )
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=field):
         ReactorConfig(**{field: value})
+
+
+def test_tv_priority_needs_the_distributional_critic():
+    with pytest.raises(ValueError, match="priority_metric='tv' needs distributional=True"):
+        ReactorConfig(priority_metric="tv", distributional=False)
+    assert ReactorConfig(distributional=False).priority_metric == "auto"  # → |TD| in the loss
+
+
+def test_defaults_are_the_papers_and_previous_restores_the_old_recipe():
+    from ac_extensions.recipes.reactor import build
+
+    paper = ReactorConfig()
+    assert (paper.importance_exponent, paper.priority_eta, paper.priority_metric) == (
+        1.0,
+        0.0,
+        "auto",
+    )
+    assert (paper.policy_epsilon, paper.dueling, paper.policy_torso_gradient) == (
+        0.01,
+        True,
+        False,
+    )
+    _, loss, _, _ = build(paper)
+    assert (loss.priority_metric, loss.priority_eta, loss.bootstrap_states) == ("tv", 0.0, "unroll")
+    _, old, _, _ = build(ReactorConfig(**ReactorConfig.PREVIOUS))
+    assert (old.priority_metric, old.priority_eta, old.bootstrap_states) == ("td", 0.9, "stored")
+    heads = [m for m in old.actor_network.modules() if type(m).__name__ == "_ReactorHeads"]
+    assert heads[0].state_value is None and heads[0].policy_epsilon == 0.0
 
 
 @pytest.mark.timeout(120)
