@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-acer clean
+.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-acer bench-minatar clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ bench-ppo: venv
 bench-acer: venv
 	$(BIN)/python benchmarks/acer_update.py
 	$(BIN)/python benchmarks/acer_vs_ppo.py --seeds 1 2 3
+
+bench-minatar: venv
+	$(BIN)/pip install --quiet -e ".[bench,minatar]"
+	$(BIN)/python benchmarks/minatar.py
 
 bench-functional: venv
 	$(BIN)/python benchmarks/functional_ops.py

@@ -1,0 +1,905 @@
+"""MinAtar: our four recipes beside Stable-Baselines3 PPO / DQN and sb3-contrib QR-DQN (resumable).
+
+Grid: games Asterix, Breakout, Freeway, Seaquest, SpaceInvaders (``MinAtar/<Game>-v1``: minimal
+action set, sticky actions 0.1, difficulty ramping; Young & Tian, 2019, arXiv:1903.03176) ×
+algorithms × seeds, every run to the same frame budget (default 1,000,000; a frame is one env
+step, MinAtar has no frame skip).
+
+    make bench-minatar                                  # the full grid: 5 × 7 × 3 = 105 runs
+    python benchmarks/minatar.py --games Breakout --algos ppo sb3_dqn --seeds 1 --frames 50000
+    python benchmarks/minatar.py --summary-only         # rewrite the tables/plot from the runs
+
+Ours (``a2c``, ``ppo``, ``acer``, ``reactor``) run through the CLI exactly as users run it,
+each in its own process: ``ac-train <algo> --env MinAtar/<Game>-v1 --frames N --seed S
+--return-window 100 --out <rundir>`` (every other field: the recipe's MinAtar defaults,
+``Config.for_env``; the network is :class:`~ac_extensions.modules.MinAtarCNN`).
+
+Peers (``sb3_ppo``, ``sb3_dqn``, ``sb3_qrdqn``) run in a child process of this script
+(``--child``) and use the same torso: a SB3 ``BaseFeaturesExtractor`` holding a
+:class:`~ac_extensions.modules.MinAtarCNN` (one 3×3 conv with 16 channels, ReLU, a 128-unit
+layer, ReLU; kenjyoung/MinAtar ``examples/dqn.py``, ``QNetwork``), with ``net_arch=[]`` so the
+heads are single linear layers on its 128 features, as in the paper's network. Observations
+come from the same wrapper as ours (:func:`ac_extensions.runtime.envs.make_gym_env`: float32
+channels-first ``[C, 10, 10]``, values 0/1). SB3 only transposes observation spaces it takes
+for images (``uint8`` in [0, 255], ``is_image_space``), so a float32 [0, 1] space stays
+channels-first as it is, and ``normalize_images=False`` keeps it from being divided by 255.
+No Atari wrappers (no frame stack, no reward clipping: MinAtar rewards are already 0/1 and its
+maps carry the motion trails). Each peer uses one torch thread (two runs share 2 cores).
+
+- ``sb3_dqn``: the MinAtar paper's DQN, constants of kenjyoung/MinAtar ``examples/dqn.py``:
+  replay 100,000, batch 32, one update per frame (``train_freq=1``), target network copied
+  every 1,000 frames, learning starts after 5,000 frames (uniform random actions before,
+  as there), ε from 1 to 0.1 linearly over the first 100,000 frames then 0.1 (SB3 anneals from
+  frame 0; dqn.py from frame 5,000 on: a 5% shift of the schedule), γ 0.99, Huber loss
+  (SB3's DQN loss, as dqn.py), and dqn.py's optimiser: centred RMSProp, lr 2.5e-4, α
+  (squared-gradient momentum) 0.95, momentum 0.95, ε 0.01. No gradient clipping (dqn.py has
+  none; SB3's default of 10 is switched off).
+- ``sb3_qrdqn``: QR-DQN (Dabney et al., 2018, arXiv:1710.10044) with the same DQN settings,
+  200 quantiles (the paper's Atari N, sb3-contrib's default), quantile Huber loss κ = 1, and
+  Adam (the QR-DQN paper's optimiser, with its ε = 0.01/32) at the MinAtar lr 2.5e-4 (the
+  paper's Atari lr 5e-5 is tuned to 50M-frame runs).
+- ``sb3_ppo``: rl-baselines3-zoo's Atari PPO (``hyperparams/ppo.yml``, ``atari``): 8 envs,
+  n_steps 128, 4 epochs, minibatch 256, lr 2.5e-4 and clip 0.1 both decayed linearly to 0,
+  entropy 0.01, value coefficient 0.5, γ 0.99, GAE λ 0.95 (SB3 defaults, as the zoo), grad
+  norm 0.5, one torso shared by policy and value (as the zoo's ``CnnPolicy``); the zoo's Nature
+  CNN is replaced by the MinAtar torso above.
+
+Layout: each run lives in ``<results>/minatar/runs/<Game>/<algo>/seed<N>/`` with a
+``summary.json`` (``frames``, ``wall_seconds``, ``fps``, ``final_mean_return`` = mean of the
+last 100 finished episodes, ``complete``) and ``logs/<algo>/scalars/train/return_window.csv``
+(``frames,value`` of the 100-episode moving mean; also ``train/return_window_size.csv`` and
+``time/seconds.csv``): what ``ac-train`` writes, and what the peers' child writes, so one
+reader handles both. ``output.log`` keeps the run's stdout/stderr.
+
+Resumable: a run whose ``summary.json`` says ``complete: true`` (at a budget of at least
+``--frames``) is skipped; an unfinished run of ours continues with ``ac-train --resume`` from
+its newest checkpoint (a run with no checkpoint starts again); an unfinished peer starts
+again. Finished runs' ``checkpoints/`` are deleted (ACER's and Reactor's hold the replay,
+hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs`` runs (default 2) go at once,
+each a subprocess with a time limit (``--timeout``; a run of ours that hits it resumes on the
+next invocation, a peer starts again); one line is printed per finished run and a failure does
+not stop the rest.
+
+Cost (Breakout, 20k frames, one run at a time on this 2-core machine while other jobs ran, so
+pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
+a quieter second try), reactor ≈85–100, sb3_ppo ≈2,250, sb3_dqn ≈145 (one update per frame,
+4 ms each), sb3_qrdqn ≈18 (its quantile Huber loss over 200 × 200 quantile pairs: 36 ms per
+update with one thread, against 9 ms with 50 quantiles). At 1M frames that is about 22 hours of
+one job per (game, seed), 70% of it QR-DQN and 15% Reactor: about 330 job-hours for the grid,
+a week or more with ``--jobs 2``, so it is meant to be resumed across invocations.
+
+Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs:
+``<results>/minatar.md`` and ``.json``: per game and algorithm the final mean return (median and
+min–max over seeds), frames and wall seconds until the 100-episode mean first reaches the best
+peer's final score (the highest median final return among the peers; median over seeds, a
+seed that never gets there counting as never, "—" when the median never does), fps (median);
+the MinAtar paper's DQN and AC(λ) values beside them (5M frames, full action set: see
+``PUBLISHED``), and how many planned runs are present. ``<results>/minatar.png``: one panel
+per game, the median curve of every algorithm with the seed range as a band.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# This file is named like the `minatar` package: when run as a script its folder is sys.path[0]
+# and `import minatar.gym` (in register_minatar) would find this file. Drop the folder from the
+# path and load the sibling helper by its file name instead.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != HERE]
+_spec = importlib.util.spec_from_file_location("_bench_results", HERE / "_results.py")
+_results = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_results)
+write_markdown = _results.write_markdown
+
+RESULTS = HERE / "results"
+GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+OURS = ("a2c", "ppo", "acer", "reactor")
+PEERS = ("sb3_ppo", "sb3_dqn", "sb3_qrdqn")
+ALGOS = OURS + PEERS
+WINDOW = 100
+"""Finished episodes in the moving mean (the MinAtar paper's metric)."""
+LOG_EVERY = 1000
+"""A peer writes a CSV row at most every this many frames (and at the end)."""
+CURVE = "train/return_window"
+CURVE_SIZE = "train/return_window_size"
+SECONDS = "time/seconds"
+
+PUBLISHED_SOURCE = (
+    "Young & Tian 2019 (arXiv:1903.03176; figure `img/learning_curves.gif` of kenjyoung/MinAtar, "
+    "30 seeds per curve, online training return over 100 episodes): ≈, read from the plot in "
+    "the MinAtar repository, 5M frames, full action set"
+)
+PUBLISHED_FRAMES = 5_000_000
+PUBLISHED_SEEDS = 30
+PUBLISHED: dict[str, dict[str, str]] = {
+    # game: {curve: value as quoted in ../shared/research/benchmarks.md (±10%, read by eye)}
+    "Asterix": {"DQN": "≈17", "AC(λ=0.8)": "≈19", "AC(λ=0)": "≈20"},
+    "Breakout": {"DQN": "≈10", "AC(λ=0.8)": "≈17.5", "AC(λ=0)": "≈15"},
+    "Freeway": {"DQN": "≈50", "AC(λ=0.8)": "≈47", "AC(λ=0)": "≈47"},
+    "Seaquest": {"DQN": "≈20", "AC(λ=0.8)": "≈15–16", "AC(λ=0)": "≈7"},
+    "SpaceInvaders": {"DQN": "≈43", "AC(λ=0.8)": "≈185", "AC(λ=0)": "≈145"},
+}
+PUBLISHED_NOTES = {
+    "Seaquest": "the paper's Seaquest ran before the v1.0.11 oxygen fix: its values do not "
+    "transfer to today's package",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid and its runs
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (game, algorithm, seed) cell of the grid."""
+
+    game: str
+    algo: str
+    seed: int
+
+    @property
+    def env_id(self) -> str:
+        """The gymnasium id."""
+        return f"MinAtar/{self.game}-v1"
+
+    def directory(self, results: Path) -> Path:
+        """Where the run lives."""
+        return runs_root(results) / self.game / self.algo / f"seed{self.seed}"
+
+    def __str__(self) -> str:
+        return f"{self.game} {self.algo} seed {self.seed}"
+
+
+def runs_root(results: Path) -> Path:
+    """The folder of every run."""
+    return Path(results) / "minatar" / "runs"
+
+
+def plan(games, algos, seeds) -> list[Run]:
+    """The runs of the grid, game by game."""
+    return [Run(g, a, s) for g in games for a in algos for s in seeds]
+
+
+def read_summary(directory: Path) -> dict | None:
+    """The run's ``summary.json`` (None if absent or unreadable)."""
+    try:
+        return json.loads((directory / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def has_checkpoint(directory: Path) -> bool:
+    """Whether ``ac-train --resume`` has a checkpoint to continue from."""
+    return (directory / "checkpoints" / "latest").is_file()
+
+
+def action(run: Run, results: Path, frames: int) -> str:
+    """``"done"`` (complete at this budget), ``"resume"`` (ours, a checkpoint) or ``"fresh"``."""
+    directory = run.directory(results)
+    summary = read_summary(directory)
+    if summary and summary.get("complete") and summary.get("frames_target", 0) >= frames:
+        return "done"
+    if run.algo in OURS and has_checkpoint(directory):
+        return "resume"
+    return "fresh"
+
+
+def ac_train() -> list[str]:
+    """The ``ac-train`` console script of this interpreter's environment."""
+    script = Path(sys.executable).with_name("ac-train")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("ac-train")
+    return [found] if found else [sys.executable, "-m", "ac_extensions"]
+
+
+def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
+    """The command line of one run (``how``: ``"fresh"`` or ``"resume"``)."""
+    directory = run.directory(results)
+    if run.algo in PEERS:
+        script = str(Path(__file__).resolve())
+        child = ["--child", run.algo, run.game, str(run.seed), str(frames), str(directory)]
+        return [sys.executable, script, *child]
+    if how == "resume":
+        return [*ac_train(), run.algo, "--resume", str(directory), "--frames", str(frames)]
+    return [
+        *ac_train(),
+        run.algo,
+        "--env",
+        run.env_id,
+        "--frames",
+        str(frames),
+        "--seed",
+        str(run.seed),
+        "--return-window",
+        str(WINDOW),
+        "--out",
+        str(directory),
+    ]
+
+
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Stop ``process`` and its children (its own session / process group)."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(wait)
+            return
+
+
+def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
+    """Run one cell in a subprocess; return ``{"status", "seconds", "summary"}``.
+
+    A fresh run starts from an empty directory; stdout and stderr go to ``output.log``.
+    """
+    directory = run.directory(results)
+    if how == "fresh" and directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cmd = command(run, results, frames, how)
+    start = time.perf_counter()
+    with open(directory / "output.log", "a") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        process = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        with _LIVE_LOCK:
+            _LIVE.add(process)
+        try:
+            process.wait(timeout)
+            status = "ok" if process.returncode == 0 else f"failed (exit {process.returncode})"
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            status = f"timeout after {timeout:.0f} s"
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(process)
+    summary = read_summary(directory)
+    if status == "ok" and not (summary and summary.get("complete")):
+        status = "failed (no complete summary.json)"
+    return {"status": status, "seconds": time.perf_counter() - start, "summary": summary}
+
+
+def prune_checkpoints(directory: Path) -> None:
+    """Delete a finished run's checkpoints (replays are large)."""
+    if (directory / "checkpoints").is_dir():
+        shutil.rmtree(directory / "checkpoints")
+
+
+def describe(run: Run, result: dict) -> str:
+    """One progress line."""
+    s = result.get("summary") or {}
+    ret = s.get("final_mean_return")
+    details = (
+        f"{s.get('frames', 0):,} frames, {s.get('fps') or 0:,.0f} fps, "
+        f"return {'—' if ret is None else format(ret, '.2f')}"
+    )
+    return f"{run}: {result['status']} in {result['seconds']:.0f} s ({details})"
+
+
+def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
+    """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures."""
+    todo = []
+    for run in runs:
+        how = action(run, args.results, args.frames)
+        if how == "done":
+            if not args.keep_checkpoints:
+                prune_checkpoints(run.directory(args.results))
+        else:
+            todo.append((run, how))
+    resumed = sum(how == "resume" for _, how in todo)
+    print(
+        f"{len(runs) - len(todo)} of {len(runs)} runs complete, {len(todo)} to run "
+        f"({resumed} resumed from a checkpoint), {args.jobs} at a time",
+        flush=True,
+    )
+    failures = 0
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {
+            pool.submit(execute, run, args.results, args.frames, how, args.timeout): run
+            for run, how in todo
+        }
+        try:
+            for done, future in enumerate(as_completed(futures), 1):
+                run = futures[future]
+                try:
+                    result = future.result()
+                except Exception as error:  # the runner itself failed: report, go on
+                    result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
+                failures += result["status"] != "ok"
+                if result["status"] == "ok" and not args.keep_checkpoints:
+                    prune_checkpoints(run.directory(args.results))
+                print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            with _LIVE_LOCK:
+                live = list(_LIVE)
+            for process in live:
+                _kill_group(process)
+            raise
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers (the --child process)
+
+
+def _extractor_class():
+    """A SB3 features extractor holding our MinAtar torso (built lazily: SB3 is optional)."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    from ac_extensions.modules import MinAtarCNN
+
+    class MinAtarExtractor(BaseFeaturesExtractor):
+        """:class:`~ac_extensions.modules.MinAtarCNN` as a SB3 features extractor."""
+
+        def __init__(self, observation_space, features_dim: int = 128) -> None:
+            super().__init__(observation_space, features_dim)
+            self.cnn = MinAtarCNN(observation_space.shape[0], features=features_dim)
+
+        def forward(self, observations):
+            return self.cnn(observations)
+
+    return MinAtarExtractor
+
+
+def peer_settings(algo: str, frames: int) -> dict[str, Any]:
+    """The SB3 constructor keywords of a peer (see the module docstring for their sources)."""
+    import torch
+
+    policy = {
+        "features_extractor_class": _extractor_class(),
+        "net_arch": [],
+        "normalize_images": False,
+    }
+    if algo == "sb3_ppo":
+
+        def linear(value: float):
+            return lambda remaining: remaining * value
+
+        return dict(
+            n_steps=128,
+            batch_size=256,
+            n_epochs=4,
+            learning_rate=linear(2.5e-4),
+            clip_range=linear(0.1),
+            ent_coef=0.01,
+            vf_coef=0.5,
+            gamma=0.99,
+            gae_lambda=0.95,
+            max_grad_norm=0.5,
+            policy_kwargs=policy | {"share_features_extractor": True},
+        )
+    dqn = dict(
+        buffer_size=100_000,
+        batch_size=32,
+        learning_rate=2.5e-4,
+        learning_starts=5_000,
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=1_000,
+        tau=1.0,
+        gamma=0.99,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.1,
+        exploration_fraction=min(1.0, 100_000 / frames),
+    )
+    if algo == "sb3_dqn":
+        rmsprop = dict(alpha=0.95, momentum=0.95, eps=0.01, centered=True)
+        policy |= {"optimizer_class": torch.optim.RMSprop, "optimizer_kwargs": rmsprop}
+        return dqn | dict(max_grad_norm=math.inf, policy_kwargs=policy)
+    if algo == "sb3_qrdqn":
+        policy |= {"n_quantiles": 200, "optimizer_kwargs": {"eps": 0.01 / 32}}
+        return dqn | dict(max_grad_norm=None, policy_kwargs=policy)
+    raise ValueError(f"unknown peer {algo!r}")
+
+
+def _jsonable(settings: dict[str, Any]) -> dict[str, Any]:
+    def value(v):
+        if callable(v) and not isinstance(v, type):
+            return f"linear from {v(1.0)} to 0"
+        if isinstance(v, type):
+            return v.__name__
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        return v
+
+    return {k: value(v) for k, v in settings.items()}
+
+
+class PeerLog:
+    """The ``ac-train`` layout for a peer: ``logs/<algo>/scalars/*.csv`` and ``summary.json``."""
+
+    def __init__(self, out: Path, algo: str, env_id: str, seed: int, frames: int, config) -> None:
+        self.out, self.algo, self.env_id, self.seed = out, algo, env_id, seed
+        self.frames_target, self.config = frames, config
+        self.scalars = out / "logs" / algo / "scalars"
+        self.start = time.perf_counter()
+        self.window: deque[float] = deque(maxlen=WINDOW)
+        self.episodes = 0
+        self.frames = 0
+        self.logged = -math.inf
+
+    def episode(self, episode_return: float) -> None:
+        """Account for one finished episode."""
+        self.window.append(float(episode_return))
+        self.episodes += 1
+
+    def step(self, frames: int, force: bool = False) -> None:
+        """Write a CSV row (every :data:`LOG_EVERY` frames, or now with ``force``)."""
+        self.frames = frames
+        if not self.window or (not force and frames - self.logged < LOG_EVERY):
+            return
+        self.logged = frames
+        seconds = time.perf_counter() - self.start
+        for name, value in (
+            (CURVE, sum(self.window) / len(self.window)),
+            (CURVE_SIZE, len(self.window)),
+            (SECONDS, seconds),
+            ("time/frames", frames),
+            ("train/episodes", self.episodes),
+        ):
+            path = self.scalars / f"{name}.csv"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:
+                f.write(f"{frames},{value}\n")
+        self.write_summary(complete=False)
+
+    def write_summary(self, complete: bool) -> None:
+        """Rewrite ``summary.json`` (atomically)."""
+        from ac_extensions.runtime import atomic_write_text
+
+        seconds = time.perf_counter() - self.start
+        summary = {
+            "algorithm": self.algo,
+            "env": self.env_id,
+            "seed": self.seed,
+            "frames": int(self.frames),
+            "frames_target": self.frames_target,
+            "complete": complete,
+            "wall_seconds": round(seconds, 3),
+            "fps": round(self.frames / seconds, 1) if seconds and self.frames else None,
+            "final_mean_return": sum(self.window) / len(self.window) if self.window else None,
+            "final_return_episodes": len(self.window),
+            "config": self.config,
+        }
+        atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
+
+
+def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict:
+    """Train one peer to ``frames`` and write its run directory; return its summary."""
+    import torch
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from ac_extensions.runtime.envs import make_gym_env
+
+    torch.set_num_threads(1)
+    env_id = f"MinAtar/{game}-v1"
+    settings = peer_settings(algo, frames)
+    n_envs = 8 if algo == "sb3_ppo" else 1
+    config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": n_envs}
+    log = PeerLog(out, algo, env_id, seed, frames, config | _jsonable(settings))
+    log.write_summary(complete=False)
+
+    class Logger(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    log.episode(info["episode"]["r"])
+            log.step(self.num_timesteps)
+            return True
+
+    env = make_vec_env(lambda: make_gym_env(env_id), n_envs=n_envs, seed=seed)
+    if algo == "sb3_qrdqn":
+        from sb3_contrib import QRDQN as cls
+    else:
+        cls = {"sb3_ppo": PPO, "sb3_dqn": DQN}[algo]
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
+    model.learn(total_timesteps=frames, callback=Logger())
+    log.step(model.num_timesteps, force=True)
+    log.write_summary(complete=True)
+    env.close()
+    return read_summary(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+
+
+def read_scalar(directory: Path, name: str) -> dict[float, float]:
+    """``frames → value`` of one logged scalar (the last value kept for a repeated frame)."""
+    files = sorted((directory / "logs").glob(f"*/scalars/{name}.csv"))
+    points: dict[float, float] = {}
+    if files:
+        for line in files[0].read_text().splitlines():
+            if line.strip():
+                step, value = line.split(",")[:2]
+                points[float(step)] = float(value)
+    return points
+
+
+def read_run(directory: Path) -> dict | None:
+    """One run's summary and curve (None if it has no ``summary.json``)."""
+    summary = read_summary(directory)
+    if summary is None:
+        return None
+    curve = read_scalar(directory, CURVE)
+    sizes = read_scalar(directory, CURVE_SIZE)
+    seconds = read_scalar(directory, SECONDS)
+    frames = sorted(curve)
+    return {
+        "seed": summary.get("seed"),
+        "complete": bool(summary.get("complete")),
+        "frames": summary.get("frames", 0),
+        "frames_target": summary.get("frames_target"),
+        "wall_seconds": summary.get("wall_seconds"),
+        "fps": summary.get("fps"),
+        "final_mean_return": summary.get("final_mean_return"),
+        "curve": {
+            "frames": frames,
+            "values": [curve[f] for f in frames],
+            "sizes": [sizes.get(f, WINDOW) for f in frames],
+            "seconds": [seconds.get(f) for f in frames],
+        },
+    }
+
+
+def time_to(run: dict, target: float) -> tuple[float, float | None] | None:
+    """(frames, seconds) of the first point where the full 100-episode mean reaches ``target``."""
+    c = run["curve"]
+    for frames, value, size, seconds in zip(
+        c["frames"], c["values"], c["sizes"], c["seconds"], strict=True
+    ):
+        if size >= WINDOW and value >= target:
+            return frames, seconds
+    return None
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def algo_stats(runs: list[dict], target: float | None) -> dict[str, Any]:
+    """Medians over one algorithm's seeds on one game."""
+    finals = [r["final_mean_return"] for r in runs if r["final_mean_return"] is not None]
+    stats: dict[str, Any] = {
+        "seeds": len(runs),
+        "unfinished": sum(not r["complete"] for r in runs),
+        "final_median": _median(finals),
+        "final_min": min(finals) if finals else None,
+        "final_max": max(finals) if finals else None,
+        "frames_median": _median(r["frames"] for r in runs),
+        "fps_median": _median(r["fps"] for r in runs),
+        "target_reached": None,
+        "frames_to_target": None,
+        "seconds_to_target": None,
+    }
+    if target is not None and runs:
+        hits = [time_to(r, target) for r in runs]
+        stats["target_reached"] = sum(h is not None for h in hits)
+        frames = statistics.median(math.inf if h is None else h[0] for h in hits)
+        seconds = statistics.median(math.inf if h is None or h[1] is None else h[1] for h in hits)
+        stats["frames_to_target"] = frames if math.isfinite(frames) else None
+        stats["seconds_to_target"] = seconds if math.isfinite(seconds) else None
+    return stats
+
+
+def summarize(results: Path, games, algos, seeds) -> dict[str, Any]:
+    """Everything the tables and the plot show, from the run directories of the grid."""
+    planned = plan(games, algos, seeds)
+    per_game: dict[str, Any] = {}
+    present = complete = 0
+    for game in games:
+        runs: dict[str, list[dict]] = {}
+        for algo in algos:
+            found = [read_run(Run(game, algo, s).directory(results)) for s in seeds]
+            runs[algo] = [r for r in found if r is not None]
+            present += len(runs[algo])
+            complete += sum(r["complete"] for r in runs[algo])
+        peer_medians = {
+            a: _median(r["final_mean_return"] for r in runs[a]) for a in PEERS if a in runs
+        }
+        peer_medians = {a: m for a, m in peer_medians.items() if m is not None}
+        best = max(peer_medians, key=peer_medians.get) if peer_medians else None
+        target = peer_medians[best] if best else None
+        per_game[game] = {
+            "target": {"peer": best, "return": target},
+            "algorithms": {
+                a: algo_stats(runs[a], target) | {"runs": runs[a]} for a in algos if runs[a]
+            },
+            "published": PUBLISHED.get(game, {}),
+        }
+    return {
+        "planned": len(planned),
+        "present": present,
+        "complete": complete,
+        "games": per_game,
+    }
+
+
+def _fmt(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def game_table(game: str, data: dict[str, Any], planned_seeds: int) -> list[str]:
+    """The markdown lines of one game."""
+    target = data["target"]
+    if target["return"] is None:
+        head = "to the best peer's score"
+        lines = [f"## {game}", "", "No peer run yet: no target score.", ""]
+    else:
+        head = f"to {target['return']:.2f}"
+        lines = [
+            f"## {game}",
+            "",
+            f"Target: {target['return']:.2f}, the final score of the best peer "
+            f"({target['peer']}, median over its seeds).",
+            "",
+        ]
+    lines += [
+        f"| algorithm | seeds | return, last {WINDOW} episodes (median) | min–max | frames "
+        f"(median) | frames {head} (median) | s {head} (median) | fps (median) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for algo, s in data["algorithms"].items():
+        seeds = f"{s['seeds']}/{planned_seeds}"
+        if s["unfinished"]:
+            seeds += f" (partial: {s['unfinished']} unfinished)"
+        reached = "" if s["target_reached"] is None else f" ({s['target_reached']} reached)"
+        lines.append(
+            f"| {algo} | {seeds} | {_fmt(s['final_median'], '.2f')} | "
+            f"{_fmt(s['final_min'], '.2f')}–{_fmt(s['final_max'], '.2f')} | "
+            f"{_fmt(s['frames_median'], ',.0f')} | "
+            f"{_fmt(s['frames_to_target'], ',.0f')}{reached} | "
+            f"{_fmt(s['seconds_to_target'], ',.0f')} | {_fmt(s['fps_median'], ',.0f')} |"
+        )
+    for curve, value in data["published"].items():
+        lines.append(
+            f"| {curve}, MinAtar paper¹ | {PUBLISHED_SEEDS} | {value} | — | "
+            f"{PUBLISHED_FRAMES:,} | — | — | — |"
+        )
+    lines.append("")
+    if game in PUBLISHED_NOTES:
+        lines += [f"Published {game}: {PUBLISHED_NOTES[game]}.", ""]
+    return lines
+
+
+def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
+    """The whole ``minatar.md``."""
+    partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
+    seeds = " ".join(map(str, args.seeds))
+    lines = [
+        "# MinAtar: ac_extensions recipes vs Stable-Baselines3 peers",
+        "",
+        f"Command: `python benchmarks/minatar.py --games {' '.join(args.games)} --algos "
+        f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}` (`make bench-minatar`; "
+        f"settings and their sources: the docstring of `benchmarks/minatar.py`). Envs "
+        f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
+        f"{args.frames:,} frames, ours through `ac-train`, peers (sb3_ppo, sb3_dqn, sb3_qrdqn) "
+        f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
+        "",
+        "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
+        "RMSProp lr 2.5e-4 included); sb3_qrdqn with the same settings, 200 quantiles and Adam "
+        "(lr 2.5e-4, ε 0.01/32); sb3_ppo with rl-baselines3-zoo's Atari PPO settings.",
+        "",
+        f"**Runs present: {summary['present']} of {summary['planned']} planned "
+        f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),
+        "",
+        f"Return: the online training return, mean of the last {WINDOW} finished episodes at "
+        "the end of each run (the MinAtar paper's metric); median and min–max over seeds. "
+        "Frames / s to the target: first logged point at which the full "
+        f"{WINDOW}-episode mean reaches the best peer's final score; median over seeds, a seed "
+        "that never reaches it counting as never (— when the median never does). s and fps "
+        "are wall time of the whole run, start-up included.",
+        "",
+        f"¹ {PUBLISHED_SOURCE}. Not comparable with the rows above: 5× the frames here, the "
+        "full action set of 6 (here the minimal one).",
+        "",
+    ]
+    for game, data in summary["games"].items():
+        lines += game_table(game, data, len(args.seeds))
+    lines.append("![MinAtar learning curves](minatar.png)")
+    return "\n".join(lines) + "\n"
+
+
+def _band(runs: list[dict]):
+    """Median, min and max over runs on a common frame grid (to the shortest run's end)."""
+    import numpy as np
+
+    curves = [
+        (np.asarray(r["curve"]["frames"]), np.asarray(r["curve"]["values"]))
+        for r in runs
+        if r["curve"]["frames"]
+    ]
+    if not curves:
+        return None
+    end = min(x[-1] for x, _ in curves)
+    grid = np.unique(np.concatenate([x[x <= end] for x, _ in curves]))
+    values = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, np.median(values, 0), values.min(0), values.max(0)
+
+
+def plot(summary: dict[str, Any], out: Path) -> Path | None:
+    """One panel per game: median curve per algorithm, seed range as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = list(summary["games"])
+    if not games:
+        return None
+    columns = min(3, len(games))
+    rows = math.ceil(len(games) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    colors = {a: f"C{i}" for i, a in enumerate(ALGOS)}
+    for ax, game in zip(axes.flat, games, strict=False):
+        for algo, stats in summary["games"][game]["algorithms"].items():
+            band = _band(stats["runs"])
+            if band is None:
+                continue
+            grid, median, low, high = band
+            style = "--" if algo in PEERS else "-"
+            ax.plot(grid, median, style, color=colors.get(algo), label=f"{algo} ({stats['seeds']})")
+            if stats["seeds"] > 1:
+                ax.fill_between(grid, low, high, color=colors.get(algo), alpha=0.15, linewidth=0)
+        ax.set_title(f"MinAtar/{game}-v1")
+        ax.set_xlabel("frames")
+        ax.set_ylabel(f"mean return, last {WINDOW} episodes")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize="x-small")
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        else:
+            ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center")
+    for ax in list(axes.flat)[len(games) :]:
+        ax.set_visible(False)
+    figure.suptitle("median over seeds; band: min–max; dashed: SB3 peers", fontsize=10)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out
+
+
+def _strip_curves(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary for the JSON file: per-run values without the curves."""
+    games = {}
+    for game, data in summary["games"].items():
+        algos = {}
+        for algo, stats in data["algorithms"].items():
+            runs = [{k: v for k, v in r.items() if k != "curve"} for r in stats["runs"]]
+            algos[algo] = stats | {"runs": runs}
+        games[game] = data | {"algorithms": algos}
+    return summary | {"games": games}
+
+
+def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
+    """``minatar.md``, ``minatar.json`` and ``minatar.png`` under ``args.results``."""
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    md = results / "minatar.md"
+    write_markdown(md, markdown(summary, args))
+    grid = {k: getattr(args, k) for k in ("games", "algos", "seeds", "frames")}
+    data = {"grid": grid, "published_source": PUBLISHED_SOURCE} | _strip_curves(summary)
+    md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    plot(summary, results / "minatar.png")
+    return md
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options of the benchmark."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--frames", type=int, default=1_000_000, help="frames per run")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per run before it is stopped (default: 1 s per 10 frames + 10 min); "
+        "a stopped run of ours resumes on the next invocation",
+    )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="output root (tables, plot, minatar/runs)"
+    )
+    parser.add_argument(
+        "--summary-only", action="store_true", help="only rewrite the summary from the runs"
+    )
+    parser.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep finished runs' checkpoints (default: deleted; they hold the replays)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
+    args = build_parser().parse_args(argv)
+    if args.jobs < 1:
+        raise SystemExit("--jobs must be >= 1")
+    if args.timeout is None:
+        args.timeout = args.frames / 10 + 600
+    args.results = Path(args.results).resolve()
+    failures = 0
+    if not args.summary_only:
+        needed = {"minatar"}
+        if set(args.algos) & set(PEERS):
+            needed.add("stable_baselines3")
+        if "sb3_qrdqn" in args.algos:
+            needed.add("sb3_contrib")
+        missing = sorted(m for m in needed if not _importable(m))
+        if missing:
+            raise SystemExit(
+                f"missing packages: {', '.join(missing)} (pip install -e '.[bench,minatar]')"
+            )
+        failures = run_grid(plan(args.games, args.algos, args.seeds), args)
+    summary = summarize(args.results, args.games, args.algos, args.seeds)
+    md = write_results(summary, args)
+    print(
+        f"{summary['present']} of {summary['planned']} runs present "
+        f"({summary['complete']} complete); wrote {md}, {md.with_suffix('.json').name}, "
+        f"{md.with_suffix('.png').name}"
+        + (f"; {failures} run(s) failed (see their output.log)" if failures else "")
+    )
+    return 1 if failures else 0
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def child(argv: list[str]) -> int:
+    """``--child ALGO GAME SEED FRAMES OUT``: train one peer."""
+    algo, game, seed, frames, out = argv
+    summary = train_peer(algo, game, int(seed), int(frames), Path(out))
+    print(
+        f"{algo} on MinAtar/{game}-v1: {summary['frames']:,} frames in "
+        f"{summary['wall_seconds']:.1f} s, final mean return {summary['final_mean_return']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        sys.exit(child(sys.argv[2:]))
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""benchmarks/minatar.py: the summary, resumability and one tiny real run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    # Loaded under another name: `minatar` is the MinAtar package.
+    spec = importlib.util.spec_from_file_location("minatar_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def fake_run(directory: Path, algo: str, seed: int, *, final, curve, complete=True, fps=100.0):
+    """A run directory as ac-train writes it: summary.json and frames,value CSVs.
+
+    ``curve``: (frames, return_window, return_window_size, seconds) rows.
+    """
+    directory.mkdir(parents=True)
+    summary = {
+        "algorithm": algo,
+        "env": "MinAtar/Breakout-v1",
+        "seed": seed,
+        "frames": curve[-1][0] if curve else 0,
+        "frames_target": 3000,
+        "complete": complete,
+        "wall_seconds": curve[-1][3] if curve else 0.0,
+        "fps": fps,
+        "final_mean_return": final,
+    }
+    (directory / "summary.json").write_text(json.dumps(summary))
+    scalars = directory / "logs" / algo / "scalars"
+    for index, name in (
+        (1, "train/return_window"),
+        (2, "train/return_window_size"),
+        (3, "time/seconds"),
+    ):
+        path = scalars / f"{name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{row[0]},{row[index]}\n" for row in curve))
+
+
+def make_grid(bench, root: Path) -> None:
+    def d(algo, seed):
+        return bench.Run("Breakout", algo, seed).directory(root)
+
+    # Peers: sb3_dqn finals 4, 6, 5 (median 5: the target); sb3_ppo 2, 3 (seed 3 missing).
+    for seed, final in ((1, 4.0), (2, 6.0), (3, 5.0)):
+        fake_run(d("sb3_dqn", seed), "sb3_dqn", seed, final=final, curve=[(3000, final, 100, 10.0)])
+    for seed, final in ((1, 2.0), (2, 3.0)):
+        fake_run(d("sb3_ppo", seed), "sb3_ppo", seed, final=final, curve=[(3000, final, 100, 9.0)])
+    # Ours: seed 1 reaches 5 at 2000 frames (2 s); seed 2 at 3000 (6 s: its 5.0 at 1000
+    # frames has only 50 episodes in the window); seed 3 never, and is unfinished.
+    fake_run(
+        d("ppo", 1),
+        "ppo",
+        1,
+        final=7.0,
+        fps=100.0,
+        curve=[(1000, 3.0, 100, 1.0), (2000, 5.5, 100, 2.0), (3000, 7.0, 100, 3.0)],
+    )
+    fake_run(
+        d("ppo", 2),
+        "ppo",
+        2,
+        final=6.0,
+        fps=200.0,
+        curve=[(1000, 5.0, 50, 2.0), (2000, 4.0, 100, 4.0), (3000, 6.0, 100, 6.0)],
+    )
+    fake_run(
+        d("ppo", 3),
+        "ppo",
+        3,
+        final=3.0,
+        fps=300.0,
+        complete=False,
+        curve=[(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0), (2500, 3.0, 100, 2.5)],
+    )
+
+
+@pytest.mark.timeout(60)
+def test_summary_of_fabricated_runs(bench, tmp_path):
+    make_grid(bench, tmp_path)
+    algos, seeds = ["ppo", "sb3_ppo", "sb3_dqn"], [1, 2, 3]
+    summary = bench.summarize(tmp_path, ["Breakout"], algos, seeds)
+    assert (summary["planned"], summary["present"], summary["complete"]) == (9, 8, 7)
+    game = summary["games"]["Breakout"]
+    assert game["target"] == {"peer": "sb3_dqn", "return": 5.0}
+    ppo = game["algorithms"]["ppo"]
+    assert (ppo["seeds"], ppo["unfinished"]) == (3, 1)
+    assert (ppo["final_median"], ppo["final_min"], ppo["final_max"]) == (6.0, 3.0, 7.0)
+    assert ppo["frames_median"] == 3000  # frames reached: 3000, 3000, 2500
+    # frames to 5: 2000, 3000, never → median 3000; seconds 2, 6, never → 6.
+    assert (ppo["target_reached"], ppo["frames_to_target"], ppo["seconds_to_target"]) == (
+        2,
+        3000,
+        6.0,
+    )
+    assert ppo["fps_median"] == 200.0
+    dqn = game["algorithms"]["sb3_dqn"]
+    assert (dqn["final_median"], dqn["final_min"], dqn["final_max"]) == (5.0, 4.0, 6.0)
+    assert (dqn["target_reached"], dqn["frames_to_target"]) == (2, 3000)  # never, 3000, 3000
+    peer = game["algorithms"]["sb3_ppo"]
+    assert (peer["seeds"], peer["final_median"]) == (2, 2.5)
+    assert (peer["target_reached"], peer["frames_to_target"], peer["seconds_to_target"]) == (
+        0,
+        None,
+        None,
+    )
+
+    results = tmp_path / "out"
+    results.mkdir()
+    (results / "minatar.md").write_text("old table\n\n## Notes\n\nhand-written\n")
+    args = bench.build_parser().parse_args(
+        ["--games", "Breakout", "--algos", *algos, "--seeds", "1", "2", "3", "--frames", "3000"]
+    )
+    args.results = results
+    md = bench.write_results(summary, args).read_text()
+    assert "Runs present: 8 of 9 planned (7 complete): partial results." in md
+    assert (
+        "| ppo | 3/3 (partial: 1 unfinished) | 6.00 | 3.00–7.00 | 3,000 | 3,000 (2 reached) " in md
+    )
+    assert "| sb3_ppo | 2/3 | 2.50 | 2.00–3.00 | 3,000 | — (0 reached) | — |" in md
+    assert "| DQN, MinAtar paper¹ | 30 | ≈10 | — | 5,000,000 |" in md
+    assert "| AC(λ=0.8), MinAtar paper¹ | 30 | ≈17.5 |" in md
+    assert "≈, read from the plot in the MinAtar repository, 5M frames, full action set" in md
+    assert md.endswith("## Notes\n\nhand-written\n") and "old table" not in md
+    saved = json.loads((results / "minatar.json").read_text())
+    assert saved["games"]["Breakout"]["algorithms"]["ppo"]["frames_to_target"] == 3000
+    assert (results / "minatar.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(60)
+def test_complete_runs_are_skipped_and_unfinished_resumed(bench, tmp_path, monkeypatch):
+    def d(seed):
+        return bench.Run("Breakout", "ppo", seed).directory(tmp_path)
+
+    fake_run(d(1), "ppo", 1, final=7.0, curve=[(3000, 7.0, 100, 3.0)])
+    (d(1) / "checkpoints").mkdir()
+    (d(1) / "checkpoints" / "latest").write_text("ckpt-3\n")
+    fake_run(d(2), "ppo", 2, final=1.0, complete=False, curve=[(1000, 1.0, 100, 1.0)])
+    (d(2) / "checkpoints").mkdir()
+    (d(2) / "checkpoints" / "latest").write_text("ckpt-1\n")
+    calls = []
+
+    def execute(run, results, frames, how, timeout):
+        calls.append((run.seed, how, frames))
+        summary = {"complete": True, "frames": frames, "fps": 1.0, "final_mean_return": 2.0}
+        return {"status": "ok", "seconds": 0.0, "summary": summary}
+
+    monkeypatch.setattr(bench, "execute", execute)
+    argv = ["--games", "Breakout", "--algos", "ppo", "--seeds", "1", "2", "3"]
+    status = bench.main([*argv, "--frames", "3000", "--jobs", "1", "--results", str(tmp_path)])
+    assert status == 0
+    assert sorted(calls) == [(2, "resume", 3000), (3, "fresh", 3000)]
+    assert not (d(1) / "checkpoints").exists()  # a finished run's checkpoints are pruned
+    # A larger budget makes a complete run due again (extended with --resume when it can).
+    assert bench.action(bench.Run("Breakout", "ppo", 1), tmp_path, 3000) == "done"
+    assert bench.action(bench.Run("Breakout", "ppo", 1), tmp_path, 6000) == "fresh"
+    assert bench.action(bench.Run("Breakout", "sb3_dqn", 2), tmp_path, 3000) == "fresh"
+
+    ours = bench.command(bench.Run("Breakout", "ppo", 3), tmp_path, 3000, "fresh")
+    assert Path(ours[0]).name == "ac-train"
+    assert ours[1:] == [
+        "ppo",
+        *("--env", "MinAtar/Breakout-v1", "--frames", "3000", "--seed", "3"),
+        *("--return-window", "100", "--out", str(d(3))),
+    ]
+    resumed = bench.command(bench.Run("Breakout", "ppo", 2), tmp_path, 3000, "resume")
+    assert resumed[1:] == ["ppo", "--resume", str(d(2)), "--frames", "3000"]
+
+
+@pytest.mark.timeout(120)
+def test_tiny_real_grid(bench, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    argv = ["--games", "Breakout", "--algos", "ppo", "sb3_dqn", "--seeds", "1"]
+    assert bench.main([*argv, "--frames", "3000", "--results", str(tmp_path)]) == 0
+    for algo in ("ppo", "sb3_dqn"):
+        run = bench.Run("Breakout", algo, 1).directory(tmp_path)
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["complete"] and summary["frames"] >= 3000, algo
+        assert summary["final_mean_return"] is not None
+        assert (run / "logs" / algo / "scalars" / "train" / "return_window.csv").is_file()
+    data = json.loads((tmp_path / "minatar.json").read_text())
+    assert (data["planned"], data["present"], data["complete"]) == (2, 2, 2)
