@@ -156,9 +156,7 @@ key): a [T] input holding several is a flat sample of several sequences, not one
 stream, legitimately spans several episodes.)"""
 
 
-def check_sequence_batch(
-    name: str, tensordict: TensorDictBase, flags: Iterable[NestedKey]
-) -> None:
+def check_sequence_batch(name: str, tensordict: TensorDictBase, flags: Iterable[NestedKey]) -> None:
     """Raise for the two input mistakes the sequence losses cannot survive silently.
 
     * A flat sample ``[B·L]`` of several sequences (a replay sample not reshaped to
