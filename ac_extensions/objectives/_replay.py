@@ -21,6 +21,96 @@ def is_recurrent(*networks: torch.nn.Module | None) -> bool:
     )
 
 
+def holds_parameters(module: torch.nn.Module, params: TensorDictBase) -> bool:
+    """Whether ``module``'s parameters are the very tensors of ``params`` (same objects).
+
+    Then running the module under ``params.to_module(module)`` is the same as running it as
+    it is, and the swap (a walk over every submodule, twice) can be skipped.
+    """
+    own = dict(module.named_parameters())
+    flat = params.flatten_keys(".")
+    if len(own) != len(flat.keys()):
+        return False
+    return all(flat.get(name, None) is value for name, value in own.items())
+
+
+def next_step_plan(
+    tensordict: TensorDictBase, nxt: TensorDictBase, in_keys: Iterable[NestedKey], done_key
+) -> Tensor:
+    """Which next observations a feed-forward network must evaluate itself, bool [*B, T].
+
+    Where the next row continues the stream (x_{t+1} is row t + 1's observation: not done, not
+    the last step, and the stored inputs agree) the outputs at x_t shifted by one step serve
+    for x_{t+1}; the others (episode ends, the window end) are ``True``. Any disagreement
+    between row t + 1's inputs and ``("next", ...)`` makes every step ``True`` (a full pass
+    on ``nxt``).
+
+    Args:
+        tensordict: the input sequences, batch [*B, T] (time last).
+        nxt: ``tensordict.get("next")``, batch [*B, T].
+        in_keys: every input key of the networks.
+        done_key: the done flag inside ``nxt``, shape [*B, T, 1].
+    """
+    fresh = nxt.get(done_key).reshape(tensordict.batch_size).clone()  # [*B, T]
+    fresh[..., -1] = True  # x_T must be computed here
+    continues = ~fresh[..., :-1]  # [*B, T − 1]
+    time_dim, steps = tensordict.batch_dims - 1, tensordict.batch_size[-1]
+    for key in dict.fromkeys(in_keys):
+        now, later = tensordict.get(key, None), nxt.get(key, None)
+        if now is None or later is None or now.shape != later.shape:
+            return torch.ones_like(fresh)
+        now, later = now.narrow(time_dim, 1, steps - 1), later.narrow(time_dim, 0, steps - 1)
+        if not torch.equal(now[continues], later[continues]):
+            return torch.ones_like(fresh)
+    return fresh
+
+
+def assemble_next(
+    current: Sequence[Tensor], computed: Sequence[Tensor], fresh: Tensor
+) -> tuple[Tensor, ...]:
+    """Outputs at x_{t+1}: ``current`` shifted by one step, ``computed`` where ``fresh``.
+
+    Args:
+        current: outputs at x_t, each [*B, T, ...].
+        computed: the outputs at the ``fresh`` next observations, each [n, ...] (n = the
+            number of ``True`` entries of ``fresh``, in ``fresh``'s order).
+        fresh: bool [*B, T], from :func:`next_step_plan`.
+
+    Returns:
+        The outputs at x_{t+1}, shapes as ``current``, detached.
+    """
+    time_dim = fresh.dim() - 1
+    steps = fresh.shape[-1]
+    out = []
+    for value_now, value_fresh in zip(current, computed, strict=True):
+        tail = value_now.narrow(time_dim, steps - 1, 1)
+        shifted = torch.cat([value_now.narrow(time_dim, 1, steps - 1), tail], time_dim).detach()
+        shifted[fresh] = value_fresh.detach().to(shifted.dtype)
+        out.append(shifted)
+    return tuple(out)
+
+
+def joint_inputs(
+    tensordict: TensorDictBase, nxt: TensorDictBase, fresh: Tensor, in_keys: Iterable[NestedKey]
+) -> TensorDictBase:
+    """The inputs at x_t and at the ``fresh`` x_{t+1} as one flat batch [B·T + n].
+
+    A feed-forward network then runs once for both (one pass instead of two: the per-call
+    overhead of TensorDict modules dominates small networks); split its outputs with
+    :func:`split_joint`.
+    """
+    keys = list(dict.fromkeys(in_keys))
+    now = tensordict.select(*keys).reshape(-1)
+    later = nxt.select(*keys)[fresh]
+    return torch.cat([now, later], 0)
+
+
+def split_joint(value: Tensor, batch: torch.Size) -> tuple[Tensor, Tensor]:
+    """A joint pass's output [B·T + n, ...] as ([*B, T, ...], [n, ...])."""
+    size = batch.numel()
+    return value[:size].unflatten(0, batch), value[size:]
+
+
 def next_step_outputs(
     tensordict: TensorDictBase,
     nxt: TensorDictBase,
@@ -36,12 +126,9 @@ def next_step_outputs(
     holds what it returned on ``tensordict`` itself (the outputs at x_t, same parameters).
 
     Recurrent networks: ``evaluate`` runs step by step (recurrent mode off) on ``nxt``, from the
-    hidden states stored under ``("next", ...)`` at collection. Feed-forward networks: where the
-    next row continues the stream (x_{t+1} is row t+1's observation: not done, not the last
-    step, and the stored inputs agree) the outputs at x_t are shifted by one step; only the
-    remaining next observations (episode ends, the window end) go through ``evaluate``. Any
-    disagreement between row t+1's inputs and ``("next", ...)`` falls back to a full pass on
-    ``nxt``.
+    hidden states stored under ``("next", ...)`` at collection. Feed-forward networks: the
+    outputs at x_t shifted by one step where the stream continues, ``evaluate`` on the others
+    (:func:`next_step_plan`, :func:`assemble_next`).
 
     Args:
         tensordict: the input sequences, batch [*B, T] (time last).
@@ -58,25 +145,8 @@ def next_step_outputs(
     if recurrent:
         with set_recurrent_mode(False):
             return tuple(out.detach() for out in evaluate(nxt))
-    fresh = nxt.get(done_key).reshape(tensordict.batch_size).clone()  # [*B, T]
-    fresh[..., -1] = True  # x_T must be computed here
-    continues = ~fresh[..., :-1]  # [*B, T − 1]
-    time_dim, steps = tensordict.batch_dims - 1, tensordict.batch_size[-1]
-    for key in dict.fromkeys(in_keys):
-        now, later = tensordict.get(key, None), nxt.get(key, None)
-        if now is None or later is None or now.shape != later.shape:
-            return tuple(out.detach() for out in evaluate(nxt))
-        now, later = now.narrow(time_dim, 1, steps - 1), later.narrow(time_dim, 0, steps - 1)
-        if not torch.equal(now[continues], later[continues]):
-            return tuple(out.detach() for out in evaluate(nxt))
-    computed = evaluate(nxt[fresh])  # [n, ...] each
-    out = []
-    for value_now, value_fresh in zip(current, computed, strict=True):
-        tail = value_now.narrow(time_dim, steps - 1, 1)
-        shifted = torch.cat([value_now.narrow(time_dim, 1, steps - 1), tail], time_dim).detach()
-        shifted[fresh] = value_fresh.detach().to(shifted.dtype)
-        out.append(shifted)
-    return tuple(out)
+    fresh = next_step_plan(tensordict, nxt, in_keys, done_key)
+    return assemble_next(current, evaluate(nxt[fresh]), fresh)
 
 
 SEQUENCE_ID_KEYS: tuple[NestedKey, ...] = (("replay", "sequence"),)
@@ -86,9 +156,7 @@ key): a [T] input holding several is a flat sample of several sequences, not one
 stream, legitimately spans several episodes.)"""
 
 
-def check_sequence_batch(
-    name: str, tensordict: TensorDictBase, flags: Iterable[NestedKey]
-) -> None:
+def check_sequence_batch(name: str, tensordict: TensorDictBase, flags: Iterable[NestedKey]) -> None:
     """Raise for the two input mistakes the sequence losses cannot survive silently.
 
     * A flat sample ``[B·L]`` of several sequences (a replay sample not reshaped to

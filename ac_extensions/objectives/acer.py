@@ -15,12 +15,17 @@ from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
 from ac_extensions.objectives._replay import (
+    assemble_next,
     burn_in,
     check_sequence_batch,
     cut_traces_at_padding,
+    holds_parameters,
     is_recurrent,
+    joint_inputs,
     masked_mean,
     next_step_outputs,
+    next_step_plan,
+    split_joint,
 )
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 from ac_extensions.objectives.value import ACValueEstimators
@@ -242,9 +247,12 @@ class ACERLoss(LossModule):
     def _run_actor(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
         """Everything the actor writes (no action sampled)."""
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        with params.to_module(self.actor_network):
-            net = self.actor_network
-            return net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+        net = self.actor_network
+        run = net.get_dist_params if hasattr(net, "get_dist_params") else net
+        if params is self.actor_network_params and holds_parameters(net, params):
+            return run(inputs)  # the module already holds these parameters: no swap needed
+        with params.to_module(net):
+            return run(inputs)
 
     def _actor_outputs(
         self, tensordict: TensorDictBase, params: TensorDictParams
@@ -262,8 +270,10 @@ class ACERLoss(LossModule):
                 out.update(self.qvalue_network(inputs))
         return out
 
-    def _policy_and_q(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Current logits and Q(x, ·), [*B, T, A] each."""
+    def _policy_and_q(
+        self, tensordict: TensorDictBase, batch: torch.Size | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Current logits and Q(x, ·), [*B, T, A] each (``batch``: the shape errors name)."""
         logits, q = self._actor_outputs(tensordict, self.actor_network_params)
         if self._shared_head:
             if q is None:
@@ -274,14 +284,18 @@ class ACERLoss(LossModule):
                 )
             return logits, q
         inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
-        with self.qvalue_network_params.to_module(self.qvalue_network):
+        if holds_parameters(self.qvalue_network, self.qvalue_network_params):
             q = self.qvalue_network(inputs).get(self.tensor_keys.action_value)
+        else:
+            with self.qvalue_network_params.to_module(self.qvalue_network):
+                q = self.qvalue_network(inputs).get(self.tensor_keys.action_value)
         if q.shape != logits.shape:
+            shown = list(tensordict.batch_size if batch is None else batch)
             raise ValueError(
                 f"{type(self).__name__}: the actor's {self.tensor_keys.logits!r} (shape "
-                f"{list(logits.shape)}: {logits.shape[-1]} actions) and the Q network's "
-                f"{self.tensor_keys.action_value!r} (shape {list(q.shape)}) must have the same "
-                f"shape [*B, T, A]: one Q value per action of the policy"
+                f"{[*shown, logits.shape[-1]]}: {logits.shape[-1]} actions) and the Q network's "
+                f"{self.tensor_keys.action_value!r} (shape {[*shown, q.shape[-1]]}) must have "
+                f"the same shape [*B, T, A]: one Q value per action of the policy"
             )
         return logits, q
 
@@ -353,23 +367,32 @@ class ACERLoss(LossModule):
         nxt = tensordict.get("next")
 
         # Current policy as its statistics φ = π(·|x_t); log π = log φ so that g = ∂J/∂φ.
-        logits, q = self._policy_and_q(tensordict)  # π logits, Q(x_t, ·)   [*B, T, A] each
+        # π and Q at x_{t+1}: the current pass shifted by one step where the stream continues,
+        # the networks only at episode ends and the window end (for feed-forward networks in
+        # the same pass as x_t: joint_inputs).
+        in_keys = [*self.actor_network.in_keys, *self._qvalue_in_keys()]
+        batch = tensordict.batch_size
+        if self._recurrent:
+            logits, q = self._policy_and_q(tensordict)  # π logits, Q(x_t, ·) [*B, T, A] each
+        else:
+            fresh = next_step_plan(tensordict, nxt, in_keys, keys.done)
+            joint = joint_inputs(tensordict, nxt, fresh, in_keys)
+            joint_logits, joint_q = self._policy_and_q(joint, batch)
+            (logits, fresh_logits), (q, fresh_q) = (
+                split_joint(joint_logits, batch),
+                split_joint(joint_q, batch),
+            )
         probs = logits.softmax(-1)
         log_probs = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
         with torch.no_grad():
             average_logits, _ = self._actor_outputs(tensordict, self.target_actor_network_params)
             average_probs = average_logits.softmax(-1)
-            # π and Q at x_{t+1}: the current pass shifted by one step where the stream
-            # continues, the networks only at episode ends and the window end.
-            next_logits, next_q = next_step_outputs(
-                tensordict,
-                nxt,
-                (logits, q),
-                self._policy_and_q,
-                [*self.actor_network.in_keys, *self._qvalue_in_keys()],
-                keys.done,
-                self._recurrent,
-            )
+            if self._recurrent:
+                next_logits, next_q = next_step_outputs(
+                    tensordict, nxt, (logits, q), self._policy_and_q, in_keys, keys.done, True
+                )
+            else:
+                next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
             # Q^ret (Eq. 5) from the registered estimator, on detached network outputs.
             estimate = TensorDict(
                 {

@@ -15,11 +15,16 @@ from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
 from ac_extensions.objectives._replay import (
+    assemble_next,
     check_sequence_batch,
     cut_traces_at_padding,
+    holds_parameters,
     is_recurrent,
+    joint_inputs,
     masked_mean,
     next_step_outputs,
+    next_step_plan,
+    split_joint,
 )
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 
@@ -333,9 +338,12 @@ class ReactorLoss(LossModule):
     # ------------------------------------------------------------------ networks
     def _actor(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        with params.to_module(self.actor_network):
-            net = self.actor_network
-            return net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+        net = self.actor_network
+        run = net.get_dist_params if hasattr(net, "get_dist_params") else net
+        if params is self.actor_network_params and holds_parameters(net, params):
+            return run(inputs)  # the module already holds these parameters: no swap needed
+        with params.to_module(net):
+            return run(inputs)
 
     def _critic_pass(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
         """The critic's (or the shared actor's) whole output under ``params``."""
@@ -533,8 +541,18 @@ class ReactorLoss(LossModule):
         # Padded steps end the traces: no target or priority reads past the last valid step.
         tensordict = cut_traces_at_padding(tensordict, valid_mask(self, tensordict), keys.done)
         nxt = tensordict.get("next")
-        logits, critic, online_pass = self._online(tensordict)
-        self._check_outputs(tensordict.batch_size, logits, critic, action)
+        batch = tensordict.batch_size
+        if self._recurrent:
+            logits, critic, online_pass = self._online(tensordict)
+        else:  # one pass over x_t and the next observations not in the window (joint_inputs)
+            fresh = next_step_plan(tensordict, nxt, self._network_in_keys(), keys.done)
+            joint = joint_inputs(tensordict, nxt, fresh, self._network_in_keys())
+            joint_logits, joint_critic, online_pass = self._online(joint)
+            (logits, fresh_logits), (critic, _) = (
+                split_joint(joint_logits, batch),
+                split_joint(joint_critic, batch),
+            )
+        self._check_outputs(batch, logits, critic, action)
         log_probs = logits.log_softmax(-1)  # log π(·|x_t)                        [*B, T, A]
         probs = log_probs.exp()
         dtype = logits.dtype
@@ -542,13 +560,20 @@ class ReactorLoss(LossModule):
         done, terminated = nxt.get(keys.done), nxt.get(keys.terminated)
         support = self.support.to(dtype)
         with torch.no_grad():
-            target_pass = self._critic_pass(tensordict, self._target_params())
-            target_now = target_pass.get(self._critic_key)
-            if self._recurrent and self.bootstrap_states == "unroll":
+            if not self._recurrent:
+                target_joint = self._critic(joint, self._target_params())
+                target_now, fresh_target = split_joint(target_joint, batch)
+                next_logits, target_next = assemble_next(
+                    (logits, target_now), (fresh_logits, fresh_target), fresh
+                )
+            elif self.bootstrap_states == "unroll":
+                target_pass = self._critic_pass(tensordict, self._target_params())
+                target_now = target_pass.get(self._critic_key)
                 next_logits, target_next = self._unrolled_next_outputs(
                     tensordict, nxt, (logits, target_now), (online_pass, target_pass)
                 )
             else:
+                target_now = self._critic(tensordict, self._target_params())
                 next_logits, target_next = next_step_outputs(
                     tensordict,
                     nxt,
@@ -556,7 +581,7 @@ class ReactorLoss(LossModule):
                     self._bootstrap_outputs,
                     self._network_in_keys(),
                     keys.done,
-                    self._recurrent,
+                    True,
                 )
             next_probs = next_logits.softmax(-1)  # π(·|x_{t+1}), current policy   [*B, T, A]
             ratio = (log_probs.gather(-1, action) - log_mu.to(dtype)).exp()  # ρ_t   [*B, T, 1]

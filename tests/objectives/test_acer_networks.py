@@ -138,15 +138,18 @@ def test_next_values_reuse_the_current_pass_exactly(shared, monkeypatch):
     seen = []
     original = ACERLoss._policy_and_q
     monkeypatch.setattr(
-        ACERLoss, "_policy_and_q", lambda self, x: seen.append(x.numel()) or original(self, x)
+        ACERLoss,
+        "_policy_and_q",
+        lambda self, x, *args: seen.append(x.numel()) or original(self, x, *args),
     )
     fast = loss(td.clone())
     fast_grads = torch.autograd.grad(
         fast["loss_objective"] + fast["loss_critic"], list(loss.parameters()), allow_unused=True
     )
-    assert seen == [3 * 7, int(done[:, :-1].sum()) + 3]  # current pass, then the fresh ones
-    monkeypatch.setattr(  # the plain full pass on ("next", ...)
-        acer_module, "next_step_outputs", lambda td, nxt, now, evaluate, *_: evaluate(nxt)
+    # one pass over the current steps and the fresh next observations together
+    assert seen == [3 * 7 + int(done[:, :-1].sum()) + 3]
+    monkeypatch.setattr(  # the plain full pass on ("next", ...): every next step is fresh
+        acer_module, "next_step_plan", lambda td, *_: torch.ones(td.batch_size, dtype=torch.bool)
     )
     full = loss(td.clone())
     full_grads = torch.autograd.grad(
