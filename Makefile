@@ -44,7 +44,7 @@ bench-acer: venv
 
 bench-minatar: venv
 	$(BIN)/pip install --quiet -e ".[bench,minatar]"
-	$(BIN)/python benchmarks/minatar.py
+	$(BIN)/python benchmarks/minatar_grid.py
 
 bench-functional: venv
 	$(BIN)/python benchmarks/functional_ops.py

@@ -1,4 +1,4 @@
-"""benchmarks/minatar.py: the summary, resumability and one tiny real run."""
+"""benchmarks/minatar_grid.py: the summary, resumability and one tiny real run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_grid.py"
 
 
 @pytest.fixture(scope="module")

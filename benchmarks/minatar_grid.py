@@ -6,8 +6,8 @@ algorithms × seeds, every run to the same frame budget (default 1,000,000; a fr
 step, MinAtar has no frame skip).
 
     make bench-minatar                                  # the full grid: 5 × 7 × 3 = 105 runs
-    python benchmarks/minatar.py --games Breakout --algos ppo sb3_dqn --seeds 1 --frames 50000
-    python benchmarks/minatar.py --summary-only         # rewrite the tables/plot from the runs
+    python benchmarks/minatar_grid.py --games Breakout --algos ppo sb3_dqn --seeds 1 --frames 50000
+    python benchmarks/minatar_grid.py --summary-only         # rewrite the tables/plot from the runs
 
 Ours (``a2c``, ``ppo``, ``acer``, ``reactor``) run through the CLI exactly as users run it,
 each in its own process: ``ac-train <algo> --env MinAtar/<Game>-v1 --frames N --seed S
@@ -99,15 +99,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# This file is named like the `minatar` package: when run as a script its folder is sys.path[0]
-# and `import minatar.gym` (in register_minatar) would find this file. Drop the folder from the
-# path and load the sibling helper by its file name instead.
+# Not named minatar.py: a file of that name in this folder (sys.path[0] of every script here)
+# would shadow the minatar package for all of them.
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("_bench_results", HERE / "_results.py")
-_results = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_results)
-write_markdown = _results.write_markdown
+sys.path.insert(0, str(HERE))
+from _results import write_markdown  # noqa: E402
 
 RESULTS = HERE / "results"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
@@ -701,9 +697,9 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         "# MinAtar: ac_extensions recipes vs Stable-Baselines3 peers",
         "",
-        f"Command: `python benchmarks/minatar.py --games {' '.join(args.games)} --algos "
+        f"Command: `python benchmarks/minatar_grid.py --games {' '.join(args.games)} --algos "
         f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}` (`make bench-minatar`; "
-        f"settings and their sources: the docstring of `benchmarks/minatar.py`). Envs "
+        f"settings and their sources: the docstring of `benchmarks/minatar_grid.py`). Envs "
         f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
         f"{args.frames:,} frames, ours through `ac-train`, peers (sb3_ppo, sb3_dqn, sb3_qrdqn) "
         f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
