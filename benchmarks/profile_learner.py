@@ -1,0 +1,166 @@
+"""Where one Reactor learner step spends its time: CPU milliseconds per phase, and the top ops.
+
+Fills a replay with CartPole-v1 (or MinAtar) data collected by the recipe's own actor, then
+times ``--steps`` learner steps of ``ac_extensions.recipes.reactor.learner_step``'s phases one
+by one (process CPU time, so other jobs on the shared machine distort it less than wall time):
+sampling the prioritized sequences, the loss forward, backward, the clipped Adam step, and
+writing priorities back plus the target-network step. Then ``torch.profiler`` over the same
+steps for the heaviest ops and cProfile for the heaviest Python functions.
+
+    python benchmarks/profile_learner.py --label after
+    PYTHONPATH=/path/to/older/checkout python benchmarks/profile_learner.py --label before
+
+Each label writes ``benchmarks/results/reactor_learner_profile/<label>.json``; the markdown
+``benchmarks/results/reactor_learner_profile.md`` shows every label found, side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_markdown
+
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT = RESULTS / "reactor_learner_profile"
+PHASES = ("sample", "loss forward", "backward", "optimizer step", "priorities + target")
+
+
+def fill(config, loss, replay, frames: int) -> None:
+    from torchrl.collectors import Collector
+
+    from ac_extensions.recipes.reactor import make_env, store
+
+    keys = list(dict.fromkeys(loss.in_keys))
+    actor = loss.actor_network
+    collector = Collector(
+        make_env(config, actor), actor, frames_per_batch=config.frames_per_batch, total_frames=-1
+    )
+    sequences = 0
+    for batch in collector:
+        batch = batch.reshape(-1, batch.shape[-1])
+        sequences += store(replay, batch, keys, sequences, config.reward_scale)
+        if len(replay) >= frames:
+            break
+    collector.shutdown()
+
+
+def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
+    """One learner step (as ``learner_step``), CPU seconds per phase."""
+    clock = time.process_time
+    t0 = clock()
+    sample = replay.sample().reshape(-1, config.sequence_length)
+    t1 = clock()
+    out = loss(sample)
+    total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+    t2 = clock()
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    t3 = clock()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    optimizer.step()
+    t4 = clock()
+    replay.update_tensordict_priority(sample.select("index", "td_error"))
+    target.step()
+    t5 = clock()
+    return dict(zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", required=True, help="name of this measurement")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    import ac_extensions
+    from ac_extensions.recipes.reactor import ReactorConfig, build, make_replay
+
+    config = ReactorConfig.for_env(args.env, seed=1)
+    _, loss, optimizer, target = build(config)
+    replay = make_replay(config)
+    fill(config, loss, replay, 3_000)
+    for _ in range(5):  # warm-up
+        timed_step(loss, optimizer, target, replay, config)
+    repeats = []
+    for _ in range(args.repeats):
+        steps = [timed_step(loss, optimizer, target, replay, config) for _ in range(args.steps)]
+        repeats.append({p: 1e3 * sum(s[p] for s in steps) / len(steps) for p in PHASES})
+    phases = {p: statistics.median(r[p] for r in repeats) for p in PHASES}
+    phases["total"] = statistics.median(sum(r.values()) for r in repeats)
+
+    from torch.profiler import profile
+
+    with profile() as prof:
+        for _ in range(10):
+            timed_step(loss, optimizer, target, replay, config)
+    ops = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(20):
+        timed_step(loss, optimizer, target, replay, config)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+    functions = "\n".join(
+        line for line in text.getvalue().splitlines() if "/" in line or "ncalls" in line
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
+    record = {
+        "label": args.label,
+        "env": args.env,
+        "source": str(Path(ac_extensions.__file__).parent),
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "cpu_ms_per_step": phases,
+        "torch_ops": ops,
+        "python_functions": functions,
+    }
+    (OUT / f"{args.label}.json").write_text(json.dumps(record, indent=1))
+    labels = sorted(
+        (json.loads(p.read_text()) for p in OUT.glob("*.json")), key=lambda r: r["label"]
+    )
+    head = "| phase | " + " | ".join(r["label"] for r in labels) + " |"
+    rows = [head, "|---" * (len(labels) + 1) + "|"]
+    for phase in (*PHASES, "total"):
+        rows.append(
+            f"| {phase} | "
+            + " | ".join(f"{r['cpu_ms_per_step'][phase]:.2f}" for r in labels)
+            + " |"
+        )
+    details = "\n\n".join(
+        f"### {r['label']} ({r['env']}, code from `{r['source']}`)\n\n"
+        f"torch ops (10 steps):\n\n```\n{r['torch_ops']}\n```\n\n"
+        f"Python functions (20 steps, cumulative):\n\n```\n{r['python_functions']}\n```"
+        for r in labels
+    )
+    write_markdown(
+        RESULTS / "reactor_learner_profile.md",
+        "# Reactor learner step: CPU milliseconds per phase\n\n"
+        f"Command: `python benchmarks/profile_learner.py --label <label> --env {args.env}` "
+        f"(default `ReactorConfig`, batch {config.batch_size} sequences of "
+        f"{config.sequence_length} steps, one torch thread; process CPU time, median of "
+        f"{args.repeats} repeats of {args.steps} steps).\n\n"
+        + "\n".join(rows)
+        + "\n\n"
+        + details
+        + "\n",
+    )
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
