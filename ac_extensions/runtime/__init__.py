@@ -23,6 +23,9 @@ One file per job, imported one way (recipes → runtime → objectives / modules
 * :mod:`~ac_extensions.runtime.progress`: :class:`Progress` (returns, frames, fps),
   :func:`finished_returns`.
 * :mod:`~ac_extensions.runtime.checkpoint`: :class:`Checkpointer` (atomic, resumable).
+* :mod:`~ac_extensions.runtime.compose`: for pipelines composed from TorchRL's parts around
+  one of the losses: :class:`BehaviorPolicy` (µ stored at collection),
+  :func:`check_action_encoding` (the one-hot action trap).
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ from ac_extensions.runtime.collection import (
     stop_collector,
     watch_parent,
 )
+from ac_extensions.runtime.compose import (
+    BehaviorPolicy,
+    action_encoding_error,
+    check_action_encoding,
+)
 from ac_extensions.runtime.config import RunConfig
 from ac_extensions.runtime.guards import NonFiniteError, NonFiniteGuard, TrainingWarning
 from ac_extensions.runtime.progress import Progress, collector_metrics, finished_returns
@@ -54,6 +62,7 @@ from ac_extensions.runtime.sequences import ReplayFeed, label_sequences
 
 __all__ = [
     "WORKER_TRACEBACKS_VARIABLE",
+    "BehaviorPolicy",
     "CheckpointError",
     "Checkpointer",
     "NonFiniteError",
@@ -65,7 +74,9 @@ __all__ = [
     "SupervisedCollector",
     "TrainingWarning",
     "WorkerError",
+    "action_encoding_error",
     "atomic_write_text",
+    "check_action_encoding",
     "close_replay",
     "collector_metrics",
     "finished_returns",

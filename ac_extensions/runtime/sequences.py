@@ -40,14 +40,40 @@ def label_sequences(
     reward_scale: float = 1.0,
     sequence_key: NestedKey = ("replay", "sequence"),
 ) -> TensorDictBase:
-    """Rows ``[R, T]`` as a replay stores them: ``keys`` only, scaled rewards, sequence ids.
+    """Rows ``[*R, T]`` as a replay stores them: ``keys`` only, scaled rewards, sequence ids.
 
-    Multiplies ``("next", "reward")`` by ``reward_scale`` (on a copy of the selection; the
-    caller's batch is untouched) and writes ``first_sequence + r`` for row r, constant along
-    the row, under ``sequence_key``.
+    A collector's batch holds one contiguous stream of one env per row (``[W, E, T]`` from a
+    ``MultiSyncCollector`` over envs of batch [E]; the leading dims are flattened to R rows).
+    Each row gets its own id, ``first_sequence + r`` for row r, constant along the row, under
+    ``sequence_key``: give the same key to the sampler (``SliceSampler(traj_key=...)`` or
+    :class:`~ac_extensions.data.PrioritizedSequenceSampler`'s ``traj_key``) so that a replayed
+    window never spans two rows (episode ends inside a row are the loss's business: ``done``
+    cuts the traces). ``("next", "reward")`` is multiplied by ``reward_scale`` (on a copy of
+    the selection; the caller's batch is untouched).
+
+    Args:
+        batch: collected rows, shape [*R, T] (time last).
+        keys: the entries to keep (e.g. the loss's ``in_keys``); ``None`` keeps everything.
+        first_sequence: the first row's id; the next batch starts at ``first_sequence + R``.
+        reward_scale: factor on ``("next", "reward")``.
+        sequence_key: where each row's id goes.
+
+    Returns:
+        A new TensorDict ``[R, T]``; flatten it with ``.reshape(-1)`` for ``rb.extend``.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"observation": torch.zeros(2, 3, 5, 4),
+        ...                     ("next", "reward"): torch.ones(2, 3, 5, 1)}, [2, 3, 5])
+        >>> rows = label_sequences(batch, None, first_sequence=10, reward_scale=0.1)
+        >>> rows.shape, rows["replay", "sequence"][:, 0].tolist(), rows["next", "reward"][0, 0]
+        (torch.Size([6, 5]), [10, 11, 12, 13, 14, 15], tensor([0.1000]))
     """
-    batch = batch.select(*keys)
-    batch.set(("next", "reward"), batch.get(("next", "reward")) * reward_scale)
+    if batch.batch_dims != 2:  # [W, E, T] → [W·E, T]
+        batch = batch.reshape(-1, batch.shape[-1])
+    batch = batch.select(*keys) if keys is not None else batch.clone(recurse=False)
+    reward = batch.get(("next", "reward"))
+    batch.set(("next", "reward"), reward * reward_scale)
     rows, steps = batch.shape
     ids = torch.arange(first_sequence, first_sequence + rows).unsqueeze(-1).expand(rows, steps)
     return batch.set(sequence_key, ids)
