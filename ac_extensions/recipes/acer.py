@@ -48,6 +48,7 @@ from ac_extensions.runtime import (
     finished_returns,
     label_sequences,
     make_replay_buffer,
+    replay_uint8_keys,
     resume,
     start_collector,
     stop_collector,
@@ -261,7 +262,9 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
     The capacity is ``replay_capacity`` rounded down to whole sequences, so overwriting (FIFO)
     always replaces whole rows. A sample is flat ``[batch_size · T]``; reshape to ``[-1, T]``.
     With ``config.backend == "ray"`` the same buffer lives in a Ray actor, which the
-    collector actors extend (:func:`~ac_extensions.runtime.make_replay_buffer`).
+    collector actors extend (:func:`~ac_extensions.runtime.make_replay_buffer`). MinAtar's
+    0/1 observations are stored as ``uint8`` and sampled as float32
+    (:func:`~ac_extensions.runtime.replay_uint8_keys`).
     """
     length = config.rollout_length
     capacity = max(1, config.replay_capacity // length) * length
@@ -271,7 +274,12 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
     )
     batch_size = config.batch_size * length
     return make_replay_buffer(
-        config, ReplayBuffer, storage=storage, sampler=sampler, batch_size=batch_size
+        config,
+        ReplayBuffer,
+        storage=storage,
+        sampler=sampler,
+        uint8_keys=replay_uint8_keys(config.env_id),
+        batch_size=batch_size,
     )
 
 

@@ -13,7 +13,8 @@ One file per job, imported one way (recipes → runtime → objectives / modules
   when the learner dies.
 * :mod:`~ac_extensions.runtime.ray_backend`: the same collection on Ray (``backend="ray"``).
 * :mod:`~ac_extensions.runtime.replay`: the recipe's replay buffer, local or in a Ray actor
-  (:func:`make_replay_buffer`).
+  (:func:`make_replay_buffer`); MinAtar's 0/1 observations stored as ``uint8``
+  (:class:`BinaryAsUint8`, :func:`replay_uint8_keys`).
 * :mod:`~ac_extensions.runtime.on_policy`: what A2C and PPO share (env, networks, GAE,
   minibatches, evaluation).
 * :mod:`~ac_extensions.runtime.sequences`: collected rows as replayable sequences
@@ -57,12 +58,18 @@ from ac_extensions.runtime.compose import (
 from ac_extensions.runtime.config import RunConfig
 from ac_extensions.runtime.guards import NonFiniteError, NonFiniteGuard, TrainingWarning
 from ac_extensions.runtime.progress import Progress, collector_metrics, finished_returns
-from ac_extensions.runtime.replay import close_replay, make_replay_buffer
+from ac_extensions.runtime.replay import (
+    BinaryAsUint8,
+    close_replay,
+    make_replay_buffer,
+    replay_uint8_keys,
+)
 from ac_extensions.runtime.sequences import ReplayFeed, label_sequences
 
 __all__ = [
     "WORKER_TRACEBACKS_VARIABLE",
     "BehaviorPolicy",
+    "BinaryAsUint8",
     "CheckpointError",
     "Checkpointer",
     "NonFiniteError",
@@ -84,6 +91,7 @@ __all__ = [
     "load_loss_state_dict",
     "loss_state_dict",
     "make_replay_buffer",
+    "replay_uint8_keys",
     "resume",
     "shutdown_collector",
     "start_collector",

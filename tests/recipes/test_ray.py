@@ -157,6 +157,46 @@ def test_reactor_priorities_are_written_into_the_ray_hosted_sampler(ray_cluster)
         close_replay(replay)
 
 
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_minatar_maps_are_stored_as_uint8_in_the_ray_hosted_replay(ray_cluster):
+    # What a collector actor's ReplayFeeder sends (float32 0/1 maps) is stored as uint8 by the
+    # replay actor's transform and sampled back as the same float32 values.
+    config = reactor.ReactorConfig(
+        env_id="MinAtar/Breakout-v1",
+        backend="ray",
+        rollout_length=8,
+        sequence_length=4,
+        replay_capacity=64,
+        batch_size=2,
+    )
+    replay = reactor.make_replay(config)
+    try:
+        steps = 4 * config.rollout_length
+        maps = (torch.rand(steps, 4, 10, 10) < 0.3).float()
+        data = TensorDict(
+            {
+                "observation": maps,
+                ("next", "observation"): maps.roll(1, 0),
+                ("next", "reward"): torch.ones(steps, 1),
+                reactor.SEQUENCE_KEY: torch.arange(4).repeat_interleave(config.rollout_length),
+            },
+            batch_size=[steps],
+        )
+        (client,) = replay.clients(1)  # as the collector actors write
+        client.extend(data)
+        storage = ray_cluster.get(replay._rb._getattr.remote("_storage"))._storage
+        assert storage["observation"].dtype == storage["next", "observation"].dtype == torch.uint8
+        sample = replay.sample()
+        assert sample["observation"].dtype == torch.float32
+        assert torch.equal(sample["observation"], maps[sample["index"]])
+        data["observation"][0, 0, 0, 0] = 0.5
+        with pytest.raises(ValueError, match="'observation'"):  # raised in the replay actor
+            client.extend(data)
+    finally:
+        close_replay(replay)
+
+
 def test_backend_is_validated():
     with pytest.raises(ValueError, match="backend must be 'local' or 'ray', got 'dask'"):
         RunConfig(backend="dask")
