@@ -34,6 +34,25 @@ def holds_parameters(module: torch.nn.Module, params: TensorDictBase) -> bool:
     return all(flat.get(name, None) is value for name, value in own.items())
 
 
+def run_under(
+    network: torch.nn.Module, tensordict: TensorDictBase, params: TensorDictBase
+) -> TensorDictBase:
+    """Everything ``network`` writes on the inputs it reads, under ``params``; no sampling.
+
+    A ``ProbabilisticActor`` returns its distribution parameters (``get_dist_params``), so
+    replaying stored data does not overwrite ``action`` / ``action_log_prob``. When the module
+    already holds ``params`` (:func:`holds_parameters`: the online parameters of a TorchRL
+    loss) it runs as it is; otherwise ``params`` are swapped in for the call (target or
+    averaged parameters).
+    """
+    inputs = tensordict.select(*network.in_keys, strict=False).copy()
+    run = network.get_dist_params if hasattr(network, "get_dist_params") else network
+    if holds_parameters(network, params):
+        return run(inputs)
+    with params.to_module(network):
+        return run(inputs)
+
+
 def next_step_plan(
     tensordict: TensorDictBase, nxt: TensorDictBase, in_keys: Iterable[NestedKey], done_key
 ) -> Tensor:

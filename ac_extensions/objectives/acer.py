@@ -19,12 +19,12 @@ from ac_extensions.objectives._replay import (
     burn_in,
     check_sequence_batch,
     cut_traces_at_padding,
-    holds_parameters,
     is_recurrent,
     joint_inputs,
     masked_mean,
     next_step_outputs,
     next_step_plan,
+    run_under,
     split_joint,
 )
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
@@ -246,13 +246,7 @@ class ACERLoss(LossModule):
 
     def _run_actor(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
         """Everything the actor writes (no action sampled)."""
-        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        net = self.actor_network
-        run = net.get_dist_params if hasattr(net, "get_dist_params") else net
-        if params is self.actor_network_params and holds_parameters(net, params):
-            return run(inputs)  # the module already holds these parameters: no swap needed
-        with params.to_module(net):
-            return run(inputs)
+        return run_under(self.actor_network, tensordict, params)
 
     def _actor_outputs(
         self, tensordict: TensorDictBase, params: TensorDictParams
@@ -265,9 +259,7 @@ class ACERLoss(LossModule):
         """Everything the current actor and Q network write (burn-in reads their new states)."""
         out = self._run_actor(tensordict, self.actor_network_params)
         if not self._shared_head:
-            inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
-            with self.qvalue_network_params.to_module(self.qvalue_network):
-                out.update(self.qvalue_network(inputs))
+            out.update(run_under(self.qvalue_network, tensordict, self.qvalue_network_params))
         return out
 
     def _policy_and_q(
@@ -283,12 +275,9 @@ class ACERLoss(LossModule):
                     f"{[*tensordict.batch_size, logits.shape[-1]]})"
                 )
             return logits, q
-        inputs = tensordict.select(*self.qvalue_network.in_keys, strict=False).copy()
-        if holds_parameters(self.qvalue_network, self.qvalue_network_params):
-            q = self.qvalue_network(inputs).get(self.tensor_keys.action_value)
-        else:
-            with self.qvalue_network_params.to_module(self.qvalue_network):
-                q = self.qvalue_network(inputs).get(self.tensor_keys.action_value)
+        q = run_under(self.qvalue_network, tensordict, self.qvalue_network_params).get(
+            self.tensor_keys.action_value
+        )
         if q.shape != logits.shape:
             shown = list(tensordict.batch_size if batch is None else batch)
             raise ValueError(

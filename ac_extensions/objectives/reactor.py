@@ -18,12 +18,12 @@ from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
     cut_traces_at_padding,
-    holds_parameters,
     is_recurrent,
     joint_inputs,
     masked_mean,
     next_step_outputs,
     next_step_plan,
+    run_under,
     split_joint,
 )
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
@@ -337,13 +337,7 @@ class ReactorLoss(LossModule):
 
     # ------------------------------------------------------------------ networks
     def _actor(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
-        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        net = self.actor_network
-        run = net.get_dist_params if hasattr(net, "get_dist_params") else net
-        if params is self.actor_network_params and holds_parameters(net, params):
-            return run(inputs)  # the module already holds these parameters: no swap needed
-        with params.to_module(net):
-            return run(inputs)
+        return run_under(self.actor_network, tensordict, params)
 
     def _critic_pass(self, tensordict: TensorDictBase, params: TensorDictParams) -> TensorDictBase:
         """The critic's (or the shared actor's) whole output under ``params``."""
@@ -355,9 +349,7 @@ class ReactorLoss(LossModule):
                     f"{self._critic_key!r} (batch_size {list(tensordict.batch_size)})"
                 )
             return out
-        inputs = tensordict.select(*self.critic_network.in_keys, strict=False).copy()
-        with params.to_module(self.critic_network):
-            return self.critic_network(inputs)
+        return run_under(self.critic_network, tensordict, params)
 
     def _critic(self, tensordict: TensorDictBase, params: TensorDictParams) -> Tensor:
         """The critic's output key, read from the critic (or the shared actor) under params."""
