@@ -139,13 +139,16 @@ def test_recurrent_gru_runs():
 @pytest.mark.timeout(180)
 def test_async_collection_trains_on_each_workers_batch():
     # Workers collect while the learner trains: one batch per worker rollout (E·T frames), the
-    # learning-rate schedule counted in those batches, and the policy still improves.
-    config = PPOConfig(frames=12_288, async_collection=True, seed=1)
+    # learning-rate schedule counted in those batches, and the policy still improves. Which
+    # policy version collected which batch depends on timing, so returns vary run to run: at
+    # 12,288 frames the last window ended at 80–240 (it once failed the bar below); at 36,864
+    # frames four runs under load ended at 470–500 (~16 s each).
+    config = PPOConfig(frames=36_864, async_collection=True, seed=1)
     assert config.batch_frames == config.envs_per_worker * config.rollout_length == 256
     metrics = run(ppo_recipe.train, config)
-    assert len(metrics) == 12_288 // 256
+    assert len(metrics) == 36_864 // 256
     assert [m["time/frames"] for m in metrics[:2]] == [256, 512]
-    assert metrics[1]["train/lr"] == pytest.approx(config.lr * (1 - 1 / 48))
+    assert metrics[1]["train/lr"] == pytest.approx(config.lr * (1 - 1 / 144))
     assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
     first, last = metrics[0]["train/return_window"], metrics[-1]["train/return_window"]
     assert last > 2 * first and last > 100, (first, last)
