@@ -5,13 +5,13 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-acer bench-minatar clean
+.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-acer bench-minatar bench-mujoco clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,ray,minatar]"
+	$(BIN)/pip install --quiet -e ".[test,ray,minatar,mujoco]"
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
@@ -45,6 +45,10 @@ bench-acer: venv
 bench-minatar: venv
 	$(BIN)/pip install --quiet -e ".[bench,minatar]"
 	$(BIN)/python benchmarks/minatar_grid.py
+
+bench-mujoco: venv
+	$(BIN)/pip install --quiet -e ".[bench,mujoco]"
+	$(BIN)/python benchmarks/mujoco.py
 
 bench-functional: venv
 	$(BIN)/python benchmarks/functional_ops.py

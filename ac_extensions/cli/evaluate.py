@@ -53,6 +53,7 @@ def load_policy(directory: Path):
     """(algorithm, config, recipe module, policy) from the newest checkpoint in ``directory``."""
     from torchrl.objectives import LossModule
 
+    from ac_extensions.modules import ObservationNormalizer
     from ac_extensions.runtime import Checkpointer, load_loss_state_dict
 
     name, config = read_run(directory)
@@ -65,7 +66,13 @@ def load_policy(directory: Path):
     built = module.build(config)
     loss = next(part for part in built if isinstance(part, LossModule))
     load_loss_state_dict(loss, state["loss"])
-    return name, config, module, built[0]
+    policy = built[0]
+    # Observation statistics (ACER's normalize_observations) are kept beside the counters.
+    statistics = state.get("counters", {}).get("observation_norm")
+    if statistics is not None:
+        normalizer = next(m for m in policy.modules() if isinstance(m, ObservationNormalizer))
+        normalizer.load_state_dict(statistics)
+    return name, config, module, policy
 
 
 def make_eval_env(module, config, policy):

@@ -11,9 +11,14 @@ from ac_extensions.modules.actor_critic import (
     recurrent_env_transforms,
 )
 from ac_extensions.modules.backprop import MLPBackprop
-from ac_extensions.modules.dueling import StochasticDuelingNetwork, make_continuous_actor_critic
+from ac_extensions.modules.dueling import (
+    FixedNormalScale,
+    StochasticDuelingNetwork,
+    make_continuous_actor_critic,
+)
 from ac_extensions.modules.flat import FlatAdam, FlatParameters
 from ac_extensions.modules.minatar import MinAtarCNN
+from ac_extensions.modules.normalization import NORMALIZED_OBSERVATION, ObservationNormalizer
 from ac_extensions.modules.reactor import (
     PreviousActionReward,
     make_reactor_actor,
@@ -22,12 +27,15 @@ from ac_extensions.modules.reactor import (
 )
 
 __all__ = [
+    "NORMALIZED_OBSERVATION",
     "CategoricalSampler",
+    "FixedNormalScale",
     "FlatAdam",
     "FlatParameters",
     "MLPBackprop",
     "MinAtarCNN",
     "NatureCNN",
+    "ObservationNormalizer",
     "PreviousActionReward",
     "StochasticDuelingNetwork",
     "collection_policy",

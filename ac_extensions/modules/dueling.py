@@ -338,6 +338,7 @@ def make_continuous_actor_critic(
     num_samples: int = 5,
     state_dependent_scale: bool = False,
     init_scale: float = 1.0,
+    fixed_scale: float | None = None,
     observation_key: str = "observation",
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 64,
@@ -361,6 +362,9 @@ def make_continuous_actor_critic(
     and it is the usual choice for Gaussian actor-critics on MuJoCo (dchetelat's ACER port,
     Andrychowicz et al., 2021, arXiv:2006.05990, §3.2). ``state_dependent_scale=True`` instead
     has the MLP output 2d values split by ``NormalParamExtractor`` (biased softplus, σ(0) = 1).
+    ``fixed_scale=σ`` is the paper's own setting for its MuJoCo tasks: a fixed diagonal
+    covariance, σ = 0.3 in every dimension (§6; :class:`FixedNormalScale`, a buffer, no
+    gradient, so the trust region then acts on loc alone).
 
     **Recurrent torsos** (``recurrent="lstm"`` or ``"gru"``; see the module docstring's
     diagram). Actor and critic get separate memories (TorchRL ``LSTMModule`` / ``GRUModule``,
@@ -387,6 +391,8 @@ def make_continuous_actor_critic(
         num_samples: n, the SDN's number of samples u_i (pfrl/dchetelat: 5).
         state_dependent_scale: learn σ(x) with an MLP head instead of one log σ per dim.
         init_scale: initial σ of the state-independent scale (> 0).
+        fixed_scale: a constant σ (> 0) instead of a learned one (paper: 0.3); not with
+            ``state_dependent_scale``.
         observation_key: the observation entry to read.
         recurrent: ``"lstm"`` or ``"gru"`` for recurrent torsos, ``None`` (default) for the
             feed-forward networks above.
@@ -427,6 +433,10 @@ def make_continuous_actor_critic(
     """
     if not init_scale > 0:
         raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
+    if fixed_scale is not None and not (fixed_scale > 0 and math.isfinite(fixed_scale)):
+        raise ValueError(f"fixed_scale must be finite and > 0 (or None), got {fixed_scale!r}")
+    if fixed_scale is not None and state_dependent_scale:
+        raise ValueError("fixed_scale and state_dependent_scale exclude each other")
     if recurrent is not None:
         if recurrent not in ("lstm", "gru"):
             raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {recurrent!r}")
@@ -439,6 +449,7 @@ def make_continuous_actor_critic(
             num_samples=num_samples,
             state_dependent_scale=state_dependent_scale,
             init_scale=init_scale,
+            fixed_scale=fixed_scale,
             observation_key=observation_key,
             recurrent=recurrent,
             recurrent_size=recurrent_size,
@@ -451,9 +462,7 @@ def make_continuous_actor_critic(
     else:
         body = nn.Sequential(
             _mlp(observation_dim, action_dim, hidden_sizes, head_gain=0.01),
-            AddStateIndependentNormalScale(
-                action_dim, scale_mapping="exp", init_value=math.log(init_scale)
-            ),
+            _scale_head(action_dim, init_scale, fixed_scale),
         )
     actor = ProbabilisticActor(
         TensorDictModule(body, [observation_key], ["loc", "scale"]),
@@ -471,6 +480,36 @@ def make_continuous_actor_critic(
     return actor, critic
 
 
+class FixedNormalScale(nn.Module):
+    """loc → (loc, σ): a fixed diagonal Gaussian scale, the same σ in every dimension.
+
+    The paper's continuous-control policy (Wang et al., 2017, arXiv:1611.01224v2, §6: "a
+    diagonal Gaussian with fixed σ = 0.3"). σ is a buffer: it travels with the weights and
+    checkpoints but has no gradient.
+
+    Args:
+        action_dim: d.
+        scale: σ (> 0).
+    """
+
+    def __init__(self, action_dim: int, scale: float) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.full((action_dim,), float(scale)))
+
+    def forward(self, loc: Tensor) -> tuple[Tensor, Tensor]:
+        """Map ``loc`` [*B, d] to (loc, σ expanded to [*B, d])."""
+        return loc, self.scale.expand_as(loc)
+
+
+def _scale_head(action_dim: int, init_scale: float, fixed_scale: float | None) -> nn.Module:
+    """The scale head, loc → (loc, scale): a learned state-independent log σ, or a fixed σ."""
+    if fixed_scale is not None:
+        return FixedNormalScale(action_dim, fixed_scale)
+    return AddStateIndependentNormalScale(
+        action_dim, scale_mapping="exp", init_value=math.log(init_scale)
+    )
+
+
 def _recurrent_actor_critic(
     observation_dim: int,
     action_dim: int,
@@ -479,6 +518,7 @@ def _recurrent_actor_critic(
     num_samples: int,
     state_dependent_scale: bool,
     init_scale: float,
+    fixed_scale: float | None,
     observation_key: str,
     recurrent: str,
     recurrent_size: int,
@@ -492,9 +532,7 @@ def _recurrent_actor_critic(
     else:
         head = nn.Sequential(
             _linear(recurrent_size, action_dim, gain=0.01),
-            AddStateIndependentNormalScale(
-                action_dim, scale_mapping="exp", init_value=math.log(init_scale)
-            ),
+            _scale_head(action_dim, init_scale, fixed_scale),
         )
     actor_memory = _memory(
         "actor", observation_key, observation_dim, hidden_sizes, recurrent, recurrent_size

@@ -32,6 +32,8 @@ from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, Sli
 from torchrl.objectives import SoftUpdate
 
 from ac_extensions.modules import (
+    NORMALIZED_OBSERVATION,
+    ObservationNormalizer,
     make_acer_actor,
     make_actor_critic,
     make_continuous_actor_critic,
@@ -101,6 +103,20 @@ class ACERConfig(RunConfig):
             "batch_size": 16,
             "memmap": True,
         },
+        "mujoco": {
+            "lr": 3e-4,
+            "hidden_sizes": (256, 256),
+            "normalize_observations": True,
+            "init_scale": 0.5,
+            "workers": 2,
+            "envs_per_worker": 2,
+            "replay_ratio": 4.0,
+            "replay_capacity": 200_000,
+            "replay_start": 10_000,
+            "batch_size": 32,
+            "reward_scale": 0.1,
+            "gamma": 0.99,
+        },
     }
     """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). From the ACER paper and
@@ -112,7 +128,30 @@ class ACERConfig(RunConfig):
     integers (mostly 0 or 1 a frame), as the paper's clipped Atari rewards; Adam 2.5e-4 is
     the MinAtar DQN's step size (centered RMSprop there): an untuned placeholder. Atari: the
     starting point ``examples/acer_atari.py`` runs (Adam 1e-4, 50k frames in memory-mapped
-    files). None of these has been measured with this recipe yet."""
+    files). MuJoCo (HalfCheetah-v5, Hopper-v5, Walker2d-v5; 1M frames, γ 0.99): the
+    continuous network with two 256-unit layers (as SB3's zoo PPO/SAC on these tasks),
+    observations normalised by running statistics (SB3 zoo's ``normalize: true``), a learned
+    state-independent σ starting at 0.5, Adam 3e-4, the paper's replay ratio 4, a replay of
+    200k frames (the paper's 5,000 per thread, for 32+ threads) filled to 10k before replay
+    starts, reward scale 0.1 as CartPole's (MuJoCo returns reach the thousands). The paper's
+    own continuous settings are :attr:`PAPER_CONTINUOUS`. None of these has been measured
+    with this recipe yet."""
+
+    PAPER_CONTINUOUS: ClassVar[Mapping[str, Any]] = {
+        "fixed_scale": 0.3,
+        "truncation_threshold": 5.0,
+        "average_policy_decay": 0.995,
+        "rollout_length": 50,
+        "num_samples": 5,
+    }
+    """The ACER paper's continuous-control settings, as written (Wang et al., 2017,
+    arXiv:1611.01224v2, §6 and appendix): a diagonal Gaussian policy with fixed σ = 0.3,
+    truncation c = 5, average-policy decay α = 0.995, an update every k = 50 steps, n = 5
+    samples in the stochastic dueling network. Its learning rate and δ were drawn per run
+    (lr log-uniform in [1e-4, 10^-3.3], δ in [0.1, 2]), so they stay ours. Use as
+    ``ACERConfig.for_env("HalfCheetah-v5", **ACERConfig.PAPER_CONTINUOUS)``, or on the command
+    line ``ac-train acer --env HalfCheetah-v5 --fixed-scale 0.3 --truncation-threshold 5
+    --average-policy-decay 0.995 --rollout-length 50``."""
 
     frames: int = 60_000
     """Total environment frames to collect."""
@@ -152,12 +191,28 @@ class ACERConfig(RunConfig):
     """Continuous actions only: n, the stochastic dueling network's samples u_i ∼ π(·|x) in
     Q̃(x, a) = V(x) + A(x, a) − (1/n) Σ_i A(x, u_i) (Wang et al., 2017, arXiv:1611.01224v2,
     §5.1; n = 5 in pfrl and dchetelat/acer)."""
+    init_scale: float = 1.0
+    """Continuous actions only: the initial σ of the learned state-independent scale."""
+    fixed_scale: float | None = None
+    """Continuous actions only: a fixed σ instead of a learned one (the paper's 0.3, §6;
+    :class:`~ac_extensions.modules.FixedNormalScale`). None learns one log σ per dimension."""
+    normalize_observations: bool = False
+    """Normalise vector observations by running mean and variance
+    (:class:`~ac_extensions.modules.ObservationNormalizer`: (x − mean)/sqrt(var + 1e-8),
+    clipped to ±10). The statistics are updated by the learner from every fresh batch before
+    its update, reach the workers with the weights, and are checkpointed with the run; the
+    replay keeps raw observations and every replayed sample is normalised with the current
+    statistics (never with those of its collection time)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("batch_size", "replay_capacity", "num_samples"):
+        for name in ("batch_size", "replay_capacity", "num_samples", "init_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.fixed_scale is not None and not (
+            self.fixed_scale > 0 and math.isfinite(self.fixed_scale)
+        ):
+            raise ValueError(f"fixed_scale must be finite and > 0 or None, got {self.fixed_scale}")
         if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
             raise ValueError(f"reward_scale must be finite and > 0, got {self.reward_scale}")
         if self.replay_ratio < 0 or not 0 <= self.average_policy_decay < 1:
@@ -188,12 +243,29 @@ def build(config: ACERConfig):
     and stored as sampled; the env clips what it applies (see
     :func:`~ac_extensions.runtime.envs.make_batched_env`), so µ's density is evaluated at the
     action that was actually drawn from µ.
+
+    With ``config.normalize_observations`` the networks read ``"observation_normalized"``,
+    written by an :class:`~ac_extensions.modules.ObservationNormalizer` that leads the
+    collection policy (and that :func:`train` applies to every batch before the loss).
+
+    Returns:
+        ``(policy, loss, optimizer, average, normalizer)``; ``normalizer`` is None unless
+        ``config.normalize_observations``.
     """
     probe = make_env(config)
     shape, size = observation_shape(probe), action_size(probe)
     obs_dim = observation_size(probe)
     continuous = has_continuous_actions(probe)
     probe.close()
+    normalizer, observation_key = None, "observation"
+    if config.normalize_observations:
+        if torso_for(shape) != "mlp":
+            raise ValueError(
+                f"normalize_observations needs vector observations; {config.env_id} gives "
+                f"'observation' of per-env shape {list(shape)}"
+            )
+        normalizer = ObservationNormalizer(shape).to(config.device)
+        observation_key = NORMALIZED_OBSERVATION
     coefficients = {
         "gamma": config.gamma,
         "truncation_threshold": config.truncation_threshold,
@@ -205,7 +277,13 @@ def build(config: ACERConfig):
     # (re-running the actor overwrites "logits" / "loc" / "scale").
     if continuous:
         actor, critic = make_continuous_actor_critic(
-            obs_dim, size, hidden_sizes=config.hidden_sizes, num_samples=config.num_samples
+            obs_dim,
+            size,
+            hidden_sizes=config.hidden_sizes,
+            num_samples=config.num_samples,
+            init_scale=config.init_scale,
+            fixed_scale=config.fixed_scale,
+            observation_key=observation_key,
         )
         actor, critic = actor.to(config.device), critic.to(config.device)
         statistics = ("loc", "scale")
@@ -215,18 +293,23 @@ def build(config: ACERConfig):
         statistics = ("logits",)
         loss = ACERLoss(actor, None, **coefficients)
     else:
-        actor, _ = make_actor_critic(obs_dim, size, hidden_sizes=config.hidden_sizes)
-        qvalue = make_qvalue(obs_dim, size, hidden_sizes=config.hidden_sizes)
+        actor, _ = make_actor_critic(
+            obs_dim, size, hidden_sizes=config.hidden_sizes, observation_key=observation_key
+        )
+        qvalue = make_qvalue(
+            obs_dim, size, hidden_sizes=config.hidden_sizes, observation_key=observation_key
+        )
         actor, qvalue = actor.to(config.device), qvalue.to(config.device)
         statistics = ("logits",)
         loss = ACERLoss(actor, qvalue, **coefficients)
     policy = TensorDictSequential(
+        *([normalizer] if normalizer is not None else []),
         actor,
         *(TensorDictModule(nn.Identity(), [key], [("behavior", key)]) for key in statistics),
     )
     optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr)
     average = SoftUpdate(loss, eps=config.average_policy_decay)
-    return policy, loss, optimizer, average
+    return policy, loss, optimizer, average, normalizer
 
 
 REPLAY_KEYS = (
@@ -283,6 +366,34 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
     )
 
 
+def store(config: ACERConfig, batch, first_sequence: int, replay, keys, normalizer):
+    """Take a fresh batch ``[W·E, T]`` in: observation statistics, sequence labels, replay.
+
+    The normalizer (if any) merges the batch's raw observations first; the local backend then
+    labels each row as one sequence (ids from ``first_sequence`` on), scales the rewards and
+    extends the replay; with the Ray backend the collector actors did that, and only the keys
+    the loss reads are kept. Returns the batch the on-policy update uses.
+    """
+    if normalizer is not None:
+        normalizer.update(batch["observation"])  # raw: what the replay keeps
+    if config.backend != "local":  # labelled, scaled and stored by the collector actors
+        return batch.select(*keys, SEQUENCE_KEY)
+    batch = label_sequences(batch, keys, first_sequence, config.reward_scale, SEQUENCE_KEY)
+    replay.extend(batch.reshape(-1))
+    return batch
+
+
+def statistics(normalizer: ObservationNormalizer | None) -> dict[str, Any]:
+    """What a checkpoint keeps of the observation statistics (``{}`` without a normalizer)."""
+    return {} if normalizer is None else {"observation_norm": normalizer.state_dict()}
+
+
+def load_statistics(normalizer: ObservationNormalizer | None, counters: Mapping) -> None:
+    """Restore the observation statistics a checkpoint's counters hold (if both exist)."""
+    if normalizer is not None and "observation_norm" in counters:
+        normalizer.load_state_dict(counters["observation_norm"])
+
+
 def train(
     config: ACERConfig | None = None, *, checkpoint: Checkpointer | None = None
 ) -> Iterator[dict[str, float]]:
@@ -303,7 +414,7 @@ def train(
     config = config or ACERConfig()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    policy, loss_module, optimizer, average = build(config)
+    policy, loss_module, optimizer, average, normalizer = build(config)
     keys = CONTINUOUS_REPLAY_KEYS if isinstance(loss_module, ContinuousACERLoss) else REPLAY_KEYS
     replay = make_replay(config)
     progress = Progress(config.return_window)
@@ -312,6 +423,7 @@ def train(
     done, sequences = counters.get("batches", 0), counters.get("sequences", 0)
     guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
     guard.load_state_dict(counters)
+    load_statistics(normalizer, counters)
     if counters:
         checkpoint.load_replay(replay)
     num_batches = math.ceil(config.frames / config.frames_per_batch)
@@ -330,6 +442,8 @@ def train(
     )
 
     def update(batch) -> dict[str, float]:
+        if normalizer is not None:  # the current statistics, for fresh and replayed steps
+            batch = normalizer(batch)
         out = loss_module(batch)
         total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
         optimizer.zero_grad(set_to_none=True)
@@ -350,11 +464,8 @@ def train(
             # A batch with a NaN/inf observation or reward is dropped (warned, counted): not
             # stored, no updates this iteration.
             learn = guard.batch_ok(batch)
-            if learn and config.backend == "local":
-                batch = label_sequences(batch, keys, sequences, config.reward_scale, SEQUENCE_KEY)
-                replay.extend(batch.reshape(-1))
-            elif learn:  # labelled, scaled and stored by the collector actors (ReplayFeed)
-                batch = batch.select(*keys, SEQUENCE_KEY)
+            if learn:
+                batch = store(config, batch, sequences, replay, keys, normalizer)
             sequences += rows
 
             logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()} if learn else {}
@@ -390,6 +501,7 @@ def train(
                     batches=iteration + 1,
                     sequences=sequences,
                     **guard.state_dict(),
+                    **statistics(normalizer),
                 )
                 final = iteration + 1 == num_batches
                 checkpoint.maybe_save(iteration + 1, state, replay=replay, final=final)

@@ -78,6 +78,7 @@ class RunConfig:
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "minatar": {"frames": 5_000_000, "gamma": 0.99},
         "atari": {"frames": 10_000_000, "gamma": 0.99},
+        "mujoco": {"frames": 1_000_000, "gamma": 0.99},
     }
     """Field values per env family that replace the class defaults (see :meth:`for_env`).
 
@@ -85,7 +86,8 @@ class RunConfig:
     2019, arXiv:1903.03176, §4; kenjyoung/MinAtar ``examples/dqn.py`` and ``AC_lambda.py``:
     ``NUM_FRAMES``, ``GAMMA``); Atari, γ = 0.99 (Mnih et al., 2015) and 10M agent steps
     (40M emulator frames at frame skip 4, the PPO paper's budget, Schulman et al., 2017,
-    arXiv:1707.06347, §6.2). Not measured here."""
+    arXiv:1707.06347, §6.2); MuJoCo, 1M steps and γ 0.99 (the budget of SB3's zoo and
+    CleanRL benchmarks on these tasks). Not measured here."""
 
     @classmethod
     def family_defaults(cls, env_id: str) -> dict[str, Any]:
@@ -104,7 +106,7 @@ class RunConfig:
 
     @classmethod
     def defaults_for_family(cls, family: str) -> dict[str, Any]:
-        """:meth:`family_defaults` by family name (``"classic"``, ``"minatar"``, ``"atari"``)."""
+        """:meth:`family_defaults` by family name (classic, minatar, atari, mujoco)."""
         values: dict[str, Any] = {}
         for klass in reversed(cls.__mro__):
             table = vars(klass).get("FAMILY_DEFAULTS")

@@ -78,25 +78,38 @@ MINATAR_PREFIX = "MinAtar/"
 """Ids starting with this are MinAtar games (Young & Tian, 2019, arXiv:1903.03176):
 :func:`make_gym_env` registers them and returns channels-first float observations."""
 
-EnvFamily = Literal["classic", "minatar", "atari"]
+MUJOCO_ENTRY_POINT = "gymnasium.envs.mujoco"
+"""Registered ids whose entry point lives in this package are MuJoCo tasks (HalfCheetah-v5,
+Hopper-v5, Walker2d-v5, ...): :func:`make_gym_env` prepares them (see there)."""
+
+EnvFamily = Literal["classic", "minatar", "atari", "mujoco"]
 """The env families whose recipe defaults differ (see ``Config.for_env`` of each recipe)."""
 
 
 def env_family(env_id: str) -> EnvFamily:
-    """``"atari"`` for ``ALE/…`` ids, ``"minatar"`` for ``MinAtar/…``, else ``"classic"``.
+    """The family of ``env_id``: ``atari``, ``minatar``, ``mujoco`` or ``classic``.
 
-    ``"classic"`` covers classic control and the other vector-observation envs (the recipes'
-    own defaults were tuned on CartPole-v1).
+    ``"atari"`` for ``ALE/…`` ids, ``"minatar"`` for ``MinAtar/…``, ``"mujoco"`` for
+    gymnasium's MuJoCo tasks (the registered ids whose entry point is in
+    ``gymnasium.envs.mujoco``, read from gymnasium's registry; the ``mujoco`` package itself is
+    only needed to build them), else ``"classic"``: classic control and the other
+    vector-observation envs (the recipes' own defaults were tuned on CartPole-v1).
 
     Example:
         >>> env_family("MinAtar/Breakout-v1"), env_family("ALE/Pong-v5"), env_family("CartPole-v1")
         ('minatar', 'atari', 'classic')
+        >>> env_family("HalfCheetah-v5"), env_family("Pendulum-v1")
+        ('mujoco', 'classic')
     """
     name = env_id.rpartition(":")[2]  # gym.make's "module:Id" form
     if name.startswith(ATARI_PREFIX):
         return "atari"
     if name.startswith(MINATAR_PREFIX):
         return "minatar"
+    spec = gym.registry.get(name)
+    entry = getattr(spec, "entry_point", None)
+    if isinstance(entry, str) and entry.startswith(MUJOCO_ENTRY_POINT):
+        return "mujoco"
     return "classic"
 
 
@@ -121,6 +134,16 @@ def register_minatar() -> None:
     minatar.gym.register_envs()
 
 
+def _make_mujoco(env_id: str) -> gym.Env:
+    """``gym.make`` of a MuJoCo task, naming the extra to install when ``mujoco`` is missing."""
+    try:
+        return gym.make(env_id)
+    except gym.error.DependencyNotInstalled as error:
+        raise ImportError(
+            f"{env_id} needs the mujoco package: pip install 'ac-extensions[mujoco]'"
+        ) from error
+
+
 class MinAtarObservation(gym.ObservationWrapper):
     """MinAtar's ``[10, 10, C]`` bool maps as ``[C, 10, 10]`` float32 (channels first).
 
@@ -140,6 +163,39 @@ class MinAtarObservation(gym.ObservationWrapper):
         return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.float32)
 
 
+class Float32Observation(gym.ObservationWrapper):
+    """A flat ``Box`` observation as float32 (MuJoCo's are float64); the bounds become ±inf."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.observation_space = gym.spaces.Box(
+            -np.inf, np.inf, shape=env.observation_space.shape, dtype=np.float32
+        )
+
+    def observation(self, observation):
+        """Cast to float32."""
+        return np.asarray(observation, dtype=np.float32)
+
+
+def prepare_mujoco(env: gym.Env) -> gym.Env:
+    """A MuJoCo task as the recipes step it: actions in [−1, 1]^d, clipped; float32 observations.
+
+    The agent's action a (unbounded: a Gaussian sample) is clipped to [−1, 1]^d and mapped
+    affinely onto the task's ``Box`` bounds [low, high] (gymnasium's ``ClipAction`` over
+    ``RescaleAction``; the v5 locomotion tasks' bounds are already [−1, 1], so there the
+    mapping is the identity). Clipping happens inside the env, after the collector recorded
+    the sampled action, so µ's density is still evaluated at what µ drew (see
+    :func:`make_batched_env`), while the task's control cost is charged on the clipped action
+    it applies (MuJoCo clamps the dynamics to the control range but charges the raw action
+    otherwise: an unbounded sample of norm 3 would pay 9× the cost of one at the bound for the
+    same effect). SB3 clips its actions to the bounds the same way before ``env.step``.
+    Observations are cast to float32 (:class:`Float32Observation`); the time limit
+    (1000 steps) stays a truncation.
+    """
+    env = gym.wrappers.ClipAction(gym.wrappers.RescaleAction(env, -1.0, 1.0))
+    return Float32Observation(env)
+
+
 def make_gym_env(env_id: str) -> gym.Env:
     """One gymnasium env; Atari ids (``ALE/…``) and MinAtar ids (``MinAtar/…``) are prepared.
 
@@ -150,6 +206,11 @@ def make_gym_env(env_id: str) -> gym.Env:
     grayscale frames; ``FrameStackObservation`` stacks the last 4, so observations are
     ``uint8`` of shape (4, 84, 84). Rewards are the game's (Pong's are already in {−1, 0, 1}).
     The resizing needs ``opencv-python-headless`` (a dependency of this package).
+
+    MuJoCo (the ``mujoco`` extra; HalfCheetah-v5, Hopper-v5, Walker2d-v5, ...): actions
+    clipped to [−1, 1]^d and rescaled to the task's bounds, float32 observations
+    (:func:`prepare_mujoco`); observation normalisation is the recipe's
+    (:class:`~ac_extensions.modules.ObservationNormalizer`), not the env's.
 
     MinAtar (Young & Tian, 2019, arXiv:1903.03176; the ``minatar`` extra): the ids are
     registered on first use (:func:`register_minatar`, in whichever process builds the env),
@@ -167,6 +228,8 @@ def make_gym_env(env_id: str) -> gym.Env:
     if env_id.startswith(MINATAR_PREFIX):
         register_minatar()
         return MinAtarObservation(gym.make(env_id))
+    if env_family(env_id) == "mujoco":
+        return prepare_mujoco(_make_mujoco(env_id))
     if not env_id.startswith(ATARI_PREFIX):
         return gym.make(env_id)
     import ale_py

@@ -54,7 +54,7 @@ def test_continuous_acer_improves_pendulum_clearly():
 @pytest.mark.timeout(120)
 def test_continuous_replay_keeps_the_gaussian_behavior_statistics():
     config = ACERConfig(env_id="Pendulum-v1", frames=640, replay_start=320, replay_ratio=2.0)
-    policy, loss_module, _, _ = build(config)
+    policy, loss_module, *_ = build(config)
     assert isinstance(loss_module, ContinuousACERLoss)
     assert ("behavior", "loc") in policy.out_keys and ("behavior", "scale") in policy.out_keys
     metrics = list(train(config))
@@ -70,7 +70,7 @@ def test_atari_ids_get_stacked_frames_and_the_cnn_policy_plus_q_network():
     env.close()
     assert td["observation"].shape == (2, 3, 4, 84, 84)
     assert td["observation"].dtype == torch.uint8
-    policy, loss_module, _, _ = build(config)
+    policy, loss_module, *_ = build(config)
     assert isinstance(loss_module, ACERLoss) and loss_module._shared_head
     assert any(isinstance(m, NatureCNN) for m in policy.modules())
     out = policy(td[:, 0].clone())

@@ -1,0 +1,117 @@
+"""Running observation normalisation that lives with the networks, not in the environment.
+
+An off-policy learner replays observations collected under older statistics. Normalising in
+the environment (TorchRL's ``VecNorm`` / ``ObservationNorm`` transforms, SB3's
+``VecNormalize`` on its env) stores observations normalised by whatever statistics held when
+they were collected, so a replayed step and a fresh one of the same state reach the networks as
+different inputs. Here the replay keeps the raw observation and :class:`ObservationNormalizer`
+writes the normalised one under its own key every time the networks read it (collection,
+on-policy update, replay): one set of statistics for all of them, the current one, as SB3 does
+for its replay buffers (``ReplayBuffer._normalize_obs`` at sample time).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import Tensor
+
+NORMALIZED_OBSERVATION = "observation_normalized"
+"""The key :class:`ObservationNormalizer` writes by default (and ``("next", …)`` for the next
+observation); networks built for normalised inputs read it."""
+
+
+class ObservationNormalizer(TensorDictModuleBase):
+    """(x − mean) / sqrt(var + eps), clipped to [−clip, clip], with running statistics.
+
+    The statistics (buffers ``loc``, ``var``: shape [*S], the observation's per-env shape;
+    ``count``: a scalar) start at mean 0, variance 1 and count ``1e-4`` (as SB3's
+    ``RunningMeanStd``) and change only in :meth:`update`, which merges a batch's mean and
+    variance into them (Chan, Golub & LeVeque, 1979, the parallel variance update; the same
+    rule as TorchRL's ``VecNorm`` and SB3's ``VecNormalize``). ``eps`` 1e-8 and ``clip`` 10 are
+    SB3's ``VecNormalize`` defaults. The forward pass never changes the statistics, so
+    replaying a batch twice gives the same inputs.
+
+    Being buffers, the statistics travel with the module: ``state_dict`` (checkpoints) and
+    TorchRL's collector weight updates (``update_policy_weights_`` ships a policy's buffers
+    with its parameters), so workers normalise with the learner's statistics.
+
+    Args:
+        shape: the per-env observation shape [*S], e.g. ``(17,)``.
+        in_key: the raw observation (read; also under ``"next"`` when present).
+        out_key: where the normalised observation goes (also under ``"next"``).
+        eps: added to the variance.
+        clip: the bound on |normalised value|.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> norm = ObservationNormalizer((2,))
+        >>> norm.update(torch.tensor([[0.0, 10.0], [2.0, 30.0]]))
+        >>> td = TensorDict({"observation": torch.tensor([[3.0, 0.0]])}, [1])
+        >>> norm(td)["observation_normalized"].round(decimals=3)
+        tensor([[ 2., -2.]])
+        >>> norm.loc.round(decimals=1), norm.var.round(decimals=1)
+        (tensor([ 1., 20.]), tensor([  1., 100.]))
+    """
+
+    def __init__(
+        self,
+        shape,
+        *,
+        in_key: NestedKey = "observation",
+        out_key: NestedKey = NORMALIZED_OBSERVATION,
+        eps: float = 1e-8,
+        clip: float = 10.0,
+    ) -> None:
+        super().__init__()
+        if not (eps > 0 and clip > 0):
+            raise ValueError(f"eps and clip must be > 0, got {eps}, {clip}")
+        shape = torch.Size(shape)
+        self.in_keys = [in_key, ("next", in_key)]
+        self.out_keys = [out_key, ("next", out_key)]
+        self.eps, self.clip = float(eps), float(clip)
+        self.register_buffer("loc", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, observations: Tensor) -> None:
+        """Merge a batch of raw observations, shape [*B, *S], into the statistics."""
+        shape = self.loc.shape
+        if observations.shape[observations.dim() - len(shape) :] != shape:
+            expected = ", ".join(map(str, shape))
+            raise ValueError(
+                f"{self.in_keys[0]!r}: expected observations of shape [*B, {expected}], "
+                f"got {list(observations.shape)}"
+            )
+        flat = observations.reshape(-1, *shape).to(torch.float64)
+        if flat.shape[0] == 0:
+            return
+        if not torch.isfinite(flat).all():
+            raise ValueError(f"{self.in_keys[0]!r}: non-finite observation in the update")
+        batch_mean, batch_var = flat.mean(0), flat.var(0, unbiased=False)
+        batch_count = float(flat.shape[0])
+        count = self.count.item()
+        total = count + batch_count
+        delta = batch_mean - self.loc.to(torch.float64)
+        mean = self.loc + delta * (batch_count / total)
+        m2 = self.var * count + batch_var * batch_count
+        m2 = m2 + delta.square() * (count * batch_count / total)
+        self.loc.copy_(mean)
+        self.var.copy_(m2 / total)
+        self.count.fill_(total)
+
+    def normalize(self, observation: Tensor) -> Tensor:
+        """The normalised observation: the input's shape, the statistics' dtype (float32)."""
+        value = (observation - self.loc) / torch.sqrt(self.var + self.eps)
+        return value.clamp(-self.clip, self.clip).to(self.loc.dtype)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Write ``out_key`` (and ``("next", out_key)``) for whichever raw entries are present."""
+        for source, target in zip(self.in_keys, self.out_keys, strict=True):
+            value = tensordict.get(source, None)
+            if value is not None:
+                tensordict.set(target, self.normalize(value))
+        return tensordict
