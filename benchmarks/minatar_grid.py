@@ -255,7 +255,16 @@ def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> d
     if how == "fresh" and directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    cmd = command(run, results, frames, how)
+    return run_process(command(run, results, frames, how), directory, timeout)
+
+
+def run_process(cmd: list[str], directory: Path, timeout: float) -> dict:
+    """Run ``cmd`` (its own process group, output appended to ``directory/output.log``).
+
+    Returns ``{"status", "seconds", "summary"}``: ``"ok"`` only when it exited with 0 and left
+    a complete ``summary.json`` in ``directory``; a process past ``timeout`` seconds is stopped
+    with its children.
+    """
     start = time.perf_counter()
     with open(directory / "output.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")

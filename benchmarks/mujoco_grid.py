@@ -1,0 +1,656 @@
+"""MuJoCo: continuous ACER beside Stable-Baselines3 PPO (zoo settings), resumable.
+
+Grid: tasks HalfCheetah-v5, Hopper-v5, Walker2d-v5 (gymnasium's MuJoCo tasks, the ``mujoco``
+extra) × algorithms × seeds, every run to the same number of environment steps (default
+1,000,000).
+
+    make bench-mujoco                                   # the grid: 3 tasks × 2 algos × 3 seeds
+    python benchmarks/mujoco_grid.py --tasks HalfCheetah --algos acer --seeds 1 --frames 100000
+    python benchmarks/mujoco_grid.py --algos acer acer_paper sb3_ppo   # + the paper's settings
+    python benchmarks/mujoco_grid.py --summary-only     # rewrite the table and plot from the runs
+    python benchmarks/mujoco_grid.py --speed            # training fps against collection alone
+
+(Not named ``mujoco.py``: a file of that name in this folder, ``sys.path[0]`` of every script
+here, would shadow the ``mujoco`` package that gymnasium imports to build these tasks.)
+
+Ours run through the CLI exactly as users run it, each in its own process:
+
+- ``acer``: ``ac-train acer --env <Task>-v5 --frames N --seed S --return-window 100 --out
+  <rundir>``, i.e. ``ACERConfig.for_env``'s MuJoCo defaults (observation normalisation, learned
+  state-independent σ from 0.5, two 256-unit layers, replay ratio 4; see
+  :class:`~ac_extensions.recipes.acer.ACERConfig`). Actions are clipped to the bounds inside the
+  env (:func:`~ac_extensions.runtime.envs.prepare_mujoco`).
+- ``acer_paper``: the same with ``ACERConfig.PAPER_CONTINUOUS`` on top (fixed σ = 0.3, c = 5,
+  α = 0.995, k = 50, n = 5; Wang et al., 2017, arXiv:1611.01224v2, §6).
+
+The peer ``sb3_ppo`` runs in a child process of this script (``--child``): SB3 PPO with
+rl-baselines3-zoo's tuned settings for these tasks (``hyperparams/ppo.yml``, the ``-v3``
+entries, commit 00128b5d; :data:`ZOO_PPO`), including the zoo's ``normalize: true``
+(``VecNormalize`` of observations and rewards, its γ the agent's γ, as the zoo sets it), one
+env, gymnasium's task as it is (SB3 clips actions to the bounds itself), one torch thread. Its
+logged return is the raw episode return (the ``Monitor`` under ``VecNormalize``).
+
+Layout, resumability and the summary follow ``benchmarks/minatar_grid.py``: each run lives in
+``<results>/mujoco/runs/<Task>/<algo>/seed<N>/`` with ``summary.json`` and
+``logs/<algo>/scalars/train/return_window.csv`` (the 100-episode training mean); a complete run
+is skipped, an unfinished one of ours resumes from its checkpoint (``ac-train --resume``), an
+unfinished peer starts again; ``--jobs`` (default 2) runs at once. Output
+``<results>/mujoco.{md,json,png}``: per task and algorithm the final mean return (mean of the
+last 100 training episodes at the end of the run; median and min–max over seeds), fps, the
+curves with seed bands, and the published 1M-step numbers of SB3's zoo (SAC, TD3, PPO; one run
+each, deterministic evaluation) and CleanRL (3 seeds, training return) beside them with their
+source (:data:`PUBLISHED`).
+
+``--speed``: one process, HalfCheetah-v5, ACER's MuJoCo defaults: the same collector and policy
+collect ``--speed-frames`` frames without learning, then the recipe trains over the same number
+of frames with replay from the start (replay_start one batch), and the learner's main thread is
+profiled (``cProfile``). Writes ``<results>/mujoco_speed.md``: both fps, their ratio, and the
+functions that took the learner's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import io
+import json
+import math
+import pstats
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import minatar_grid as grid  # noqa: E402  (run directories, peer logs, summaries)
+from _results import write_markdown  # noqa: E402
+
+RESULTS = HERE / "results"
+TASKS = ("HalfCheetah", "Hopper", "Walker2d")
+OURS = ("acer", "acer_paper")
+PEERS = ("sb3_ppo",)
+ALGOS = OURS + PEERS
+DEFAULT_ALGOS = ("acer", "sb3_ppo")
+WINDOW = grid.WINDOW
+
+_POLICY_256 = {"log_std_init": -2, "ortho_init": False, "activation_fn": "ReLU", "net_arch": 256}
+ZOO_PPO: dict[str, dict[str, Any]] = {
+    # rl-baselines3-zoo hyperparams/ppo.yml (commit 00128b5d), the tuned "-v3" entries; all with
+    # normalize: true, n_envs: 1, n_timesteps: 1e6, policy: MlpPolicy. "policy" here stands for
+    # policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU,
+    # net_arch=dict(pi=[256, 256], vf=[256, 256])); Walker2d-v3 has none (SB3's defaults).
+    "HalfCheetah": dict(
+        batch_size=64,
+        n_steps=512,
+        gamma=0.98,
+        learning_rate=2.0633e-05,
+        ent_coef=0.000401762,
+        clip_range=0.1,
+        n_epochs=20,
+        gae_lambda=0.92,
+        max_grad_norm=0.8,
+        vf_coef=0.58096,
+        policy=_POLICY_256,
+    ),
+    "Hopper": dict(
+        batch_size=32,
+        n_steps=512,
+        gamma=0.999,
+        learning_rate=9.80828e-05,
+        ent_coef=0.00229519,
+        clip_range=0.2,
+        n_epochs=5,
+        gae_lambda=0.99,
+        max_grad_norm=0.7,
+        vf_coef=0.835671,
+        policy=_POLICY_256,
+    ),
+    "Walker2d": dict(
+        batch_size=32,
+        n_steps=512,
+        gamma=0.99,
+        learning_rate=5.05041e-05,
+        ent_coef=0.000585045,
+        clip_range=0.1,
+        n_epochs=20,
+        gae_lambda=0.95,
+        max_grad_norm=1,
+        vf_coef=0.871923,
+        policy=None,
+    ),
+}
+
+PUBLISHED_SOURCES = {
+    "zoo": "rl-baselines3-zoo `benchmark.md` (gym v3, 1M steps, one run, deterministic "
+    "evaluation, ± across evaluation episodes)",
+    "cleanrl": "CleanRL benchmark (gymnasium v4, 1M steps, 3 seeds, training return over the "
+    "last 100 episodes, ± across seeds)",
+}
+PUBLISHED: dict[str, dict[str, str]] = {
+    # task: {row: value as quoted in ../shared/research/benchmarks.md}
+    "HalfCheetah": {
+        "SB3 zoo SAC": "9535 ± 100",
+        "SB3 zoo TD3": "9656 ± 970",
+        "SB3 zoo PPO": "5819 ± 664",
+        "CleanRL SAC": "9635 ± 1424",
+        "CleanRL PPO": "1443 ± 46",
+    },
+    "Hopper": {
+        "SB3 zoo SAC": "2326 ± 1130",
+        "SB3 zoo TD3": "3606 ± 4",
+        "SB3 zoo PPO": "2410 ± 10",
+        "CleanRL SAC": "2310 ± 343",
+        "CleanRL PPO": "2383 ± 272",
+    },
+    "Walker2d": {
+        "SB3 zoo SAC": "3863 ± 254",
+        "SB3 zoo TD3": "4718 ± 46",
+        "SB3 zoo PPO": "3479 ± 822",
+        "CleanRL SAC": "3591 ± 911",
+        "CleanRL PPO": "2288 ± 572",
+    },
+}
+SAC_HALFCHEETAH = 9535.0
+"""The goal's reference: SB3 zoo SAC on HalfCheetah at 1M steps (ACER within 20%: >= 7,628)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (task, algorithm, seed) cell of the grid."""
+
+    task: str
+    algo: str
+    seed: int
+
+    @property
+    def env_id(self) -> str:
+        """The gymnasium id."""
+        return f"{self.task}-v5"
+
+    def directory(self, results: Path) -> Path:
+        """Where the run lives."""
+        return Path(results) / "mujoco" / "runs" / self.task / self.algo / f"seed{self.seed}"
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.algo} seed {self.seed}"
+
+
+def plan(tasks, algos, seeds) -> list[Run]:
+    """The runs of the grid, task by task."""
+    return [Run(t, a, s) for t in tasks for a in algos for s in seeds]
+
+
+def paper_flags() -> list[str]:
+    """``ac-train`` flags for ``ACERConfig.PAPER_CONTINUOUS``."""
+    from ac_extensions.recipes.acer import ACERConfig
+
+    flags = []
+    for name, value in ACERConfig.PAPER_CONTINUOUS.items():
+        flags += [f"--{name.replace('_', '-')}", str(value)]
+    return flags
+
+
+def action(run: Run, results: Path, frames: int) -> str:
+    """``"done"``, ``"resume"`` (ours, with a checkpoint) or ``"fresh"``."""
+    directory = run.directory(results)
+    summary = grid.read_summary(directory)
+    if summary and summary.get("complete") and summary.get("frames_target", 0) >= frames:
+        return "done"
+    if run.algo in OURS and grid.has_checkpoint(directory):
+        return "resume"
+    return "fresh"
+
+
+def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
+    """The command line of one run (``how``: ``"fresh"`` or ``"resume"``)."""
+    directory = run.directory(results)
+    if run.algo in PEERS:
+        child = ["--child", run.algo, run.task, str(run.seed), str(frames), str(directory)]
+        return [sys.executable, str(Path(__file__).resolve()), *child]
+    if how == "resume":
+        return [*grid.ac_train(), "acer", "--resume", str(directory), "--frames", str(frames)]
+    extra = paper_flags() if run.algo == "acer_paper" else []
+    return [
+        *grid.ac_train(),
+        "acer",
+        "--env",
+        run.env_id,
+        "--frames",
+        str(frames),
+        "--seed",
+        str(run.seed),
+        "--return-window",
+        str(WINDOW),
+        "--out",
+        str(directory),
+        *extra,
+    ]
+
+
+def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
+    """Run one cell in a subprocess (see ``minatar_grid.execute``)."""
+    directory = run.directory(results)
+    if how == "fresh" and directory.exists():
+        import shutil
+
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return grid.run_process(command(run, results, frames, how), directory, timeout)
+
+
+def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
+    """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures."""
+    todo = []
+    for run in runs:
+        how = action(run, args.results, args.frames)
+        if how != "done":
+            todo.append((run, how))
+        elif not args.keep_checkpoints:
+            grid.prune_checkpoints(run.directory(args.results))
+    print(
+        f"{len(runs) - len(todo)} of {len(runs)} runs complete, {len(todo)} to run, "
+        f"{args.jobs} at a time",
+        flush=True,
+    )
+    failures = 0
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {
+            pool.submit(execute, run, args.results, args.frames, how, args.timeout): run
+            for run, how in todo
+        }
+        for done, future in enumerate(as_completed(futures), 1):
+            run = futures[future]
+            try:
+                result = future.result()
+            except Exception as error:  # the runner itself failed: report, go on
+                result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
+            failures += result["status"] != "ok"
+            if result["status"] == "ok" and not args.keep_checkpoints:
+                grid.prune_checkpoints(run.directory(args.results))
+            print(f"[{done}/{len(todo)}] {grid.describe(run, result)}", flush=True)
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
+# The peer (the --child process)
+
+
+def peer_settings(task: str) -> dict[str, Any]:
+    """SB3 ``PPO`` keywords for ``task`` (:data:`ZOO_PPO`, policy keywords made real)."""
+    from torch import nn
+
+    settings = dict(ZOO_PPO[task])
+    policy = settings.pop("policy")
+    if policy is not None:
+        width = policy["net_arch"]
+        settings["policy_kwargs"] = {
+            "log_std_init": policy["log_std_init"],
+            "ortho_init": policy["ortho_init"],
+            "activation_fn": getattr(nn, policy["activation_fn"]),
+            "net_arch": {"pi": [width, width], "vf": [width, width]},
+        }
+    return settings
+
+
+def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict:
+    """Train SB3 PPO to ``frames`` on ``task`` and write its run directory; return its summary."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    env_id = f"{task}-v5"
+    settings = peer_settings(task)
+    config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": 1, "normalize": True}
+    log = grid.PeerLog(out, algo, env_id, seed, frames, config | grid._jsonable(settings))
+    log.write_summary(complete=False)
+
+    class Logger(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    log.episode(info["episode"]["r"])
+            log.step(self.num_timesteps)
+            return True
+
+    env = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed)
+    env = VecNormalize(env, gamma=settings["gamma"])
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
+    model.learn(total_timesteps=frames, callback=Logger())
+    log.step(model.num_timesteps, force=True)
+    log.write_summary(complete=True)
+    env.close()
+    return grid.read_summary(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
+
+
+def summarize(results: Path, tasks, algos, seeds) -> dict[str, Any]:
+    """Everything the table and the plot show, from the run directories."""
+    per_task: dict[str, Any] = {}
+    present = complete = 0
+    for task in tasks:
+        runs: dict[str, list[dict]] = {}
+        for algo in algos:
+            found = [grid.read_run(Run(task, algo, s).directory(results)) for s in seeds]
+            runs[algo] = [r for r in found if r is not None]
+            present += len(runs[algo])
+            complete += sum(r["complete"] for r in runs[algo])
+        per_task[task] = {
+            "algorithms": {
+                a: grid.algo_stats(runs[a], None) | {"runs": runs[a]} for a in algos if runs[a]
+            },
+            "published": PUBLISHED.get(task, {}),
+        }
+    return {
+        "planned": len(plan(tasks, algos, seeds)),
+        "present": present,
+        "complete": complete,
+        "games": per_task,
+    }
+
+
+def goal_lines(summary: dict[str, Any]) -> list[str]:
+    """The issue's goal, checked on what is present: ACER > SB3 PPO per task; SAC within 20%."""
+    lines = []
+    for task, data in summary["games"].items():
+        algos = data["algorithms"]
+        ours, peer = algos.get("acer"), algos.get("sb3_ppo")
+        if ours is None or peer is None or ours["final_median"] is None:
+            lines.append(f"- {task}: not measured yet (needs acer and sb3_ppo runs).")
+            continue
+        above = ours["final_median"] > (peer["final_median"] or -math.inf)
+        verdict = "above" if above else "not above"
+        lines.append(
+            f"- {task}: acer {ours['final_median']:.0f} vs sb3_ppo {peer['final_median']:.0f} "
+            f"(medians over {ours['seeds']} / {peer['seeds']} seeds): {verdict}."
+        )
+    cheetah = summary["games"].get("HalfCheetah", {}).get("algorithms", {}).get("acer")
+    if cheetah and cheetah["final_median"] is not None:
+        ratio = cheetah["final_median"] / SAC_HALFCHEETAH
+        lines.append(
+            f"- HalfCheetah: acer at {ratio:.0%} of SB3 zoo SAC's {SAC_HALFCHEETAH:,.0f} (goal: "
+            f">= 80%)."
+        )
+    return lines
+
+
+def task_table(task: str, data: dict[str, Any], planned_seeds: int) -> list[str]:
+    """The markdown lines of one task."""
+    lines = [
+        f"## {task}-v5",
+        "",
+        f"| algorithm | seeds | return, last {WINDOW} episodes (median) | min–max | "
+        "steps (median) | wall s (median) | fps (median) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for algo, s in data["algorithms"].items():
+        seeds = f"{s['seeds']}/{planned_seeds}"
+        if s["unfinished"]:
+            seeds += f" (partial: {s['unfinished']} unfinished)"
+        walls = [r["wall_seconds"] for r in s["runs"]]
+        lines.append(
+            f"| {algo} | {seeds} | {grid._fmt(s['final_median'], ',.0f')} | "
+            f"{grid._fmt(s['final_min'], ',.0f')}–{grid._fmt(s['final_max'], ',.0f')} | "
+            f"{grid._fmt(s['frames_median'], ',.0f')} | "
+            f"{grid._fmt(grid._median(walls), ',.0f')} | {grid._fmt(s['fps_median'], ',.0f')} |"
+        )
+    for row, value in data["published"].items():
+        source = "¹" if row.startswith("SB3") else "²"
+        lines.append(f"| {row} (published{source}) | — | {value} | — | 1,000,000 | — | — |")
+    lines.append("")
+    return lines
+
+
+def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
+    """The whole ``mujoco.md``."""
+    partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
+    lines = [
+        "# MuJoCo: continuous ACER vs Stable-Baselines3 PPO",
+        "",
+        f"Command: `python benchmarks/mujoco_grid.py --tasks {' '.join(args.tasks)} --algos "
+        f"{' '.join(args.algos)} --seeds {' '.join(map(str, args.seeds))} --frames "
+        f"{args.frames}` (`make bench-mujoco`; settings and sources: the script's docstring). "
+        f"Every run {args.frames:,} environment steps, {args.jobs} runs at a time on this "
+        "machine (2 cores); ours through `ac-train acer`, SB3 PPO with the zoo's tuned settings.",
+        "",
+        f"**Runs present: {summary['present']} of {summary['planned']} planned "
+        f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),
+        "",
+        f"Return: the training return, mean of the last {WINDOW} finished episodes at the end of "
+        "each run; median and min–max over seeds. Wall seconds and fps: the whole run, start-up "
+        "included.",
+        "",
+        "Goal (ACER above SB3 PPO on every task, within 20% of SB3 zoo SAC on HalfCheetah):",
+        "",
+        *goal_lines(summary),
+        "",
+        f"¹ {PUBLISHED_SOURCES['zoo']}. ² {PUBLISHED_SOURCES['cleanrl']}. Published rows are "
+        "other measurements (versions, metrics, seeds differ); the rows above them were run "
+        "here, side by side.",
+        "",
+    ]
+    for task, data in summary["games"].items():
+        lines += task_table(task, data, len(args.seeds))
+    lines.append("![MuJoCo learning curves](mujoco.png)")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], out: Path) -> Path | None:
+    """One panel per task: median curve per algorithm, seed range as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(summary["games"])
+    if not tasks:
+        return None
+    figure, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
+    colors = {a: f"C{i}" for i, a in enumerate(ALGOS)}
+    for ax, task in zip(axes.flat, tasks, strict=True):
+        for algo, stats in summary["games"][task]["algorithms"].items():
+            band = grid._band(stats["runs"])
+            if band is None:
+                continue
+            x, median, low, high = band
+            style = "--" if algo in PEERS else "-"
+            ax.plot(x, median, style, color=colors[algo], label=f"{algo} ({stats['seeds']})")
+            if stats["seeds"] > 1:
+                ax.fill_between(x, low, high, color=colors[algo], alpha=0.15, linewidth=0)
+        ax.set_title(f"{task}-v5")
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(f"mean return, last {WINDOW} episodes")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize="x-small")
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        else:
+            ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center")
+    figure.suptitle("median over seeds; band: min–max; dashed: SB3 PPO", fontsize=10)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out
+
+
+def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
+    """``mujoco.md``, ``mujoco.json`` and ``mujoco.png`` under ``args.results``."""
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    md = results / "mujoco.md"
+    write_markdown(md, markdown(summary, args))
+    setup = {k: getattr(args, k) for k in ("tasks", "algos", "seeds", "frames")}
+    data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | grid._strip_curves(summary)
+    md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    plot(summary, results / "mujoco.png")
+    return md
+
+
+# ---------------------------------------------------------------------------------------------
+# Speed: training fps against collection alone
+
+
+def measure_speed(frames: int, results: Path) -> Path:
+    """Collector alone, then the recipe, over ``frames`` each; profile the learner."""
+    from functools import partial
+
+    import torch
+
+    from ac_extensions.recipes import acer
+    from ac_extensions.runtime import start_collector, stop_collector
+
+    config = acer.ACERConfig.for_env("HalfCheetah-v5", frames=frames, seed=1)
+    config = acer.ACERConfig.for_env(
+        "HalfCheetah-v5", frames=frames, seed=1, replay_start=config.frames_per_batch
+    )
+    torch.manual_seed(config.seed)
+    policy = acer.build(config)[0]
+    start = time.perf_counter()
+    collector = start_collector(config, partial(acer.make_env, config), policy)
+    collected, first = 0, None
+    try:
+        for batch in collector:
+            collected += batch.numel()
+            if first is None:  # start-up (worker processes, envs) is not collection
+                first, first_frames = time.perf_counter(), collected
+    finally:
+        stop_collector(collector)
+    collect_fps = (collected - first_frames) / (time.perf_counter() - first)
+    startup = first - start
+
+    profiler = cProfile.Profile()
+    run = acer.train(config)
+    seen, first = 0, None
+    profiler.enable()
+    try:
+        for metrics in run:
+            if first is None:
+                first, first_frames = time.perf_counter(), metrics["time/frames"]
+            seen = metrics["time/frames"]
+    finally:
+        profiler.disable()
+        run.close()
+    train_fps = (seen - first_frames) / (time.perf_counter() - first)
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(15)
+    top = "\n".join(line for line in stream.getvalue().splitlines() if line.strip())
+    lines = [
+        "# Continuous ACER on HalfCheetah-v5: training fps against collection alone",
+        "",
+        f"Command: `python benchmarks/mujoco_grid.py --speed --speed-frames {frames}`. One "
+        f"process, ACER's MuJoCo defaults ({config.workers} workers × "
+        f"{config.envs_per_worker} envs, "
+        f"T = {config.rollout_length}, replay ratio {config.replay_ratio}, batch "
+        f"{config.batch_size} sequences, replay from the second batch), fps after the first batch "
+        "(worker start-up excluded).",
+        "",
+        "| | frames | fps |",
+        "|---|---|---|",
+        f"| collector alone (same policy, no learning) | {collected:,} | {collect_fps:,.0f} |",
+        f"| recipe (collection + on-policy + replay updates) | {seen:,} | {train_fps:,.0f} |",
+        "",
+        f"Training runs at {train_fps / collect_fps:.2f}× the collector's fps (worker start-up "
+        f"{startup:.1f} s).",
+        "",
+        "Learner main thread, `cProfile`, top 15 by own time:",
+        "",
+        "```",
+        top,
+        "```",
+    ]
+    out = Path(results) / "mujoco_speed.md"
+    write_markdown(out, "\n".join(lines) + "\n")
+    print("\n".join(lines[:12]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options of the benchmark."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--algos", nargs="+", default=list(DEFAULT_ALGOS), choices=ALGOS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--frames", type=int, default=1_000_000, help="environment steps per run")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per run before it is stopped (default: 1 s per 50 steps + 10 min); a "
+        "stopped run of ours resumes on the next invocation",
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="output root")
+    parser.add_argument(
+        "--summary-only", action="store_true", help="only rewrite the summary from the runs"
+    )
+    parser.add_argument(
+        "--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints"
+    )
+    parser.add_argument("--speed", action="store_true", help="measure training vs collection fps")
+    parser.add_argument("--speed-frames", type=int, default=20_000)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
+    args = build_parser().parse_args(argv)
+    args.results = Path(args.results).resolve()
+    if args.speed:
+        measure_speed(args.speed_frames, args.results)
+        return 0
+    if args.jobs < 1:
+        raise SystemExit("--jobs must be >= 1")
+    if args.timeout is None:
+        args.timeout = args.frames / 50 + 600
+    failures = 0
+    if not args.summary_only:
+        needed = {"mujoco"} | ({"stable_baselines3"} if set(args.algos) & set(PEERS) else set())
+        missing = sorted(m for m in needed if importlib.util.find_spec(m) is None)
+        if missing:
+            raise SystemExit(
+                f"missing packages: {', '.join(missing)} (pip install -e '.[bench,mujoco]')"
+            )
+        failures = run_grid(plan(args.tasks, args.algos, args.seeds), args)
+    summary = summarize(args.results, args.tasks, args.algos, args.seeds)
+    md = write_results(summary, args)
+    print(
+        f"{summary['present']} of {summary['planned']} runs present "
+        f"({summary['complete']} complete); wrote {md}, {md.with_suffix('.json').name}, "
+        f"{md.with_suffix('.png').name}"
+        + (f"; {failures} run(s) failed (see their output.log)" if failures else "")
+    )
+    return 1 if failures else 0
+
+
+def child(argv: list[str]) -> int:
+    """``--child ALGO TASK SEED FRAMES OUT``: train one peer."""
+    algo, task, seed, frames, out = argv
+    summary = train_peer(algo, task, int(seed), int(frames), Path(out))
+    print(
+        f"{algo} on {task}-v5: {summary['frames']:,} steps in {summary['wall_seconds']:.1f} s, "
+        f"final mean return {summary['final_mean_return']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        sys.exit(child(sys.argv[2:]))
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""benchmarks/mujoco_grid.py: command lines, resumability, the summary and the goal lines."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_minatar_benchmark import fake_run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mujoco_grid.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("mujoco_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_the_papers_flags_parse_back_into_the_papers_settings(bench, tmp_path):
+    from ac_extensions.cli._config import add_config_flags, make_config
+    from ac_extensions.recipes.acer import ACERConfig
+
+    cmd = bench.command(bench.Run("Hopper", "acer_paper", 2), tmp_path, 5000, "fresh")
+    assert cmd[cmd.index("--env") + 1] == "Hopper-v5" and cmd[cmd.index("--seed") + 1] == "2"
+    flags = cmd[cmd.index("--out") + 2 :]
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, ACERConfig)
+    values = {k: v for k, v in vars(parser.parse_args(flags)).items() if v is not None}
+    config = make_config(ACERConfig, values)
+    for name, value in ACERConfig.PAPER_CONTINUOUS.items():
+        assert getattr(config, name) == value, name
+    plain = bench.command(bench.Run("Hopper", "acer", 2), tmp_path, 5000, "fresh")
+    assert plain[-2:] == ["--out", str(bench.Run("Hopper", "acer", 2).directory(tmp_path))]
+    peer = bench.command(bench.Run("Walker2d", "sb3_ppo", 1), tmp_path, 5000, "fresh")
+    assert peer[2:7] == ["--child", "sb3_ppo", "Walker2d", "1", "5000"]
+
+
+def test_complete_runs_are_skipped_and_unfinished_ones_of_ours_resume(bench, tmp_path):
+    run = bench.Run("HalfCheetah", "acer", 1)
+    assert bench.action(run, tmp_path, 1000) == "fresh"
+    fake_run(run.directory(tmp_path), "acer", 1, final=5.0, curve=[(1000, 5.0, 100, 1.0)])
+    # fake_run's frames_target is 3000: complete at 1000 and 3000 frames, not at 5000.
+    assert bench.action(run, tmp_path, 3000) == "done"
+    assert bench.action(run, tmp_path, 5000) == "fresh"
+    (run.directory(tmp_path) / "checkpoints").mkdir()
+    (run.directory(tmp_path) / "checkpoints" / "latest").write_text("ckpt-1")
+    assert bench.action(run, tmp_path, 5000) == "resume"
+    assert bench.command(run, tmp_path, 5000, "resume")[-4:] == [
+        "--resume",
+        str(run.directory(tmp_path)),
+        "--frames",
+        "5000",
+    ]
+
+
+def test_summary_goal_lines_and_files(bench, tmp_path):
+    def d(task, algo, seed):
+        return bench.Run(task, algo, seed).directory(tmp_path)
+
+    for seed, final in ((1, 8000.0), (2, 7000.0), (3, 9000.0)):
+        fake_run(
+            d("HalfCheetah", "acer", seed),
+            "acer",
+            seed,
+            final=final,
+            curve=[(3000, final, 100, 5.0)],
+        )
+    for seed, final in ((1, 3000.0), (2, 4000.0)):
+        fake_run(
+            d("HalfCheetah", "sb3_ppo", seed),
+            "sb3_ppo",
+            seed,
+            final=final,
+            curve=[(3000, final, 100, 5.0)],
+        )
+    fake_run(d("Hopper", "acer", 1), "acer", 1, final=900.0, curve=[(3000, 900.0, 100, 5.0)])
+    fake_run(
+        d("Hopper", "sb3_ppo", 1), "sb3_ppo", 1, final=1500.0, curve=[(3000, 1500.0, 100, 5.0)]
+    )
+    summary = bench.summarize(tmp_path, bench.TASKS, ["acer", "sb3_ppo"], [1, 2, 3])
+    assert (summary["planned"], summary["present"], summary["complete"]) == (18, 7, 7)
+    cheetah = summary["games"]["HalfCheetah"]["algorithms"]
+    assert (cheetah["acer"]["final_median"], cheetah["sb3_ppo"]["final_median"]) == (8000.0, 3500.0)
+    goal = bench.goal_lines(summary)
+    assert "- HalfCheetah: acer 8000 vs sb3_ppo 3500 (medians over 3 / 2 seeds): above." in goal
+    assert "- Hopper: acer 900 vs sb3_ppo 1500 (medians over 1 / 1 seeds): not above." in goal
+    assert "- Walker2d: not measured yet (needs acer and sb3_ppo runs)." in goal
+    assert "- HalfCheetah: acer at 84% of SB3 zoo SAC's 9,535 (goal: >= 80%)." in goal
+
+    args = bench.build_parser().parse_args(["--results", str(tmp_path), "--summary-only"])
+    md = bench.write_results(summary, args)
+    text = md.read_text()
+    assert "**Runs present: 7 of 18 planned (7 complete): partial results.**" in text
+    assert "| acer | 3/3 | 8,000 | 7,000–9,000 |" in text
+    assert "| SB3 zoo SAC (published¹) | — | 9535 ± 100 |" in text
+    data = json.loads(md.with_suffix(".json").read_text())
+    assert "curve" not in data["games"]["HalfCheetah"]["algorithms"]["acer"]["runs"][0]
+    assert md.with_suffix(".png").stat().st_size > 0
+
+
+def test_zoo_settings_become_sb3_keywords(bench):
+    settings = bench.peer_settings("HalfCheetah")
+    assert settings["n_steps"] == 512 and settings["learning_rate"] == pytest.approx(2.0633e-05)
+    assert settings["policy_kwargs"]["net_arch"] == {"pi": [256, 256], "vf": [256, 256]}
+    assert settings["policy_kwargs"]["activation_fn"].__name__ == "ReLU"
+    assert "policy_kwargs" not in bench.peer_settings("Walker2d")
