@@ -125,3 +125,44 @@ def test_replay_updates_run_on_memmap_storage():
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=field):
         ACERConfig(**{field: value})
+
+
+def _record_worker_normalisation(monkeypatch):
+    """Patch the recipe: per batch, whether µ's loc (or logits) stored by the workers equals
+    the learner's collection policy (weights and observation statistics of that moment, i.e.
+    before this batch updates them) applied to the raw observations."""
+    from ac_extensions.recipes import acer as recipe
+
+    agree, policies = [], []
+    build, store = recipe.build, recipe.store
+
+    def recording_build(config):
+        built = build(config)
+        policies.append(built[0])
+        return built
+
+    def checking_store(config, batch, first_sequence, replay, keys, normalizer):
+        with torch.no_grad():
+            again = policies[-1](batch.select("observation").clone())
+        key = (
+            ("behavior", "loc")
+            if ("behavior", "loc") in batch.keys(True)
+            else ("behavior", "logits")
+        )
+        agree.append(torch.allclose(again[key], batch[key], atol=1e-5))
+        return store(config, batch, first_sequence, replay, keys, normalizer)
+
+    monkeypatch.setattr(recipe, "build", recording_build)
+    monkeypatch.setattr(recipe, "store", checking_store)
+    return agree
+
+
+@pytest.mark.timeout(120)
+def test_workers_normalise_with_the_learners_latest_statistics(monkeypatch):
+    # The statistics change with every batch; the next batch was collected with them.
+    agree = _record_worker_normalisation(monkeypatch)
+    config = ACERConfig(
+        env_id="Pendulum-v1", frames=640, replay_start=320, normalize_observations=True
+    )
+    metrics = list(train(config))
+    assert len(agree) == len(metrics) == 640 // config.frames_per_batch and all(agree), agree

@@ -61,7 +61,12 @@ def _check_run(metrics: list[dict[str, float]], config) -> None:
 
 @pytest.mark.ray
 @pytest.mark.timeout(180)
-def test_acer_trains_on_ray_actors_and_checkpoints_their_replay(ray_cluster, tmp_path):
+def test_acer_trains_on_ray_actors_and_checkpoints_their_replay(ray_cluster, tmp_path, monkeypatch):
+    from tests.recipes.test_acer import _record_worker_normalisation
+
+    # With observation normalisation: the actors act with the learner's latest weights and
+    # statistics (µ's logits they stored = the learner's policy on the raw observations).
+    agree = _record_worker_normalisation(monkeypatch)
     config = acer.ACERConfig(
         backend="ray",
         workers=WORKERS,
@@ -71,9 +76,11 @@ def test_acer_trains_on_ray_actors_and_checkpoints_their_replay(ray_cluster, tmp
         replay_start=128,
         replay_ratio=2.0,
         batch_size=4,
+        normalize_observations=True,
     )
     metrics = list(acer.train(config, checkpoint=Checkpointer(tmp_path, every=0)))
     _check_run(metrics, config)
+    assert len(agree) == len(metrics) and all(agree), agree
     assert sum(m["train/replay_updates"] for m in metrics) > 0
     assert math.isfinite(metrics[-1]["train/on_policy/loss_objective"])
     assert metrics[-1]["train/replay_frames"] == config.frames
