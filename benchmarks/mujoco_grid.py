@@ -558,7 +558,7 @@ def measure_speed(frames: int, results: Path) -> Path:
         "| | frames | fps |",
         "|---|---|---|",
         f"| collector alone (same policy, no learning) | {collected:,} | {collect_fps:,.0f} |",
-        f"| recipe (collection + on-policy + replay updates) | {seen:,} | {train_fps:,.0f} |",
+        f"| recipe (collection + on-policy + replay updates) | {int(seen):,} | {train_fps:,.0f} |",
         "",
         f"Training runs at {train_fps / collect_fps:.2f}× the collector's fps (worker start-up "
         f"{startup:.1f} s).",
