@@ -48,7 +48,7 @@ bench-minatar: venv
 
 bench-mujoco: venv
 	$(BIN)/pip install --quiet -e ".[bench,mujoco]"
-	$(BIN)/python benchmarks/mujoco.py
+	$(BIN)/python benchmarks/mujoco_grid.py
 
 bench-functional: venv
 	$(BIN)/python benchmarks/functional_ops.py
