@@ -257,16 +257,27 @@ class _ObservationActionMLP(nn.Module):
         return self.net(torch.cat([observation, action.to(observation.dtype)], dim=-1))
 
 
-def _mlp(in_features: int, out_features: int, hidden: Sequence[int], head_gain: float) -> MLP:
-    """Tanh MLP, orthogonal init (√2 hidden, ``head_gain`` on the output layer), zero biases.
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+"""The hidden activations :func:`make_continuous_actor_critic` accepts, by name."""
 
+
+def _mlp(
+    in_features: int,
+    out_features: int,
+    hidden: Sequence[int],
+    head_gain: float,
+    activation: str = "tanh",
+) -> MLP:
+    """An MLP with ``activation`` between layers, orthogonal init, zero biases.
+
+    Gains: √2 on the hidden layers, ``head_gain`` on the output layer.
     Andrychowicz et al., 2021, arXiv:2006.05990, §3.2 (the same init as ``make_actor_critic``).
     """
     net = MLP(
         in_features=in_features,
         out_features=out_features,
         num_cells=list(hidden),
-        activation_class=nn.Tanh,
+        activation_class=ACTIVATIONS[activation],
     )
     linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
     for layer in linears:
@@ -342,6 +353,7 @@ def make_continuous_actor_critic(
     observation_key: str = "observation",
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 64,
+    activation: Literal["tanh", "relu"] = "tanh",
 ) -> tuple[ProbabilisticActor, StochasticDuelingNetwork]:
     """Build continuous ACER's diagonal Gaussian actor and stochastic dueling critic.
 
@@ -397,6 +409,10 @@ def make_continuous_actor_critic(
         recurrent: ``"lstm"`` or ``"gru"`` for recurrent torsos, ``None`` (default) for the
             feed-forward networks above.
         recurrent_size: hidden size of each memory (recurrent torsos only).
+        activation: the hidden layers' activation of the feed-forward networks, ``"tanh"``
+            (default; Andrychowicz et al., 2021, §3.2) or ``"relu"`` (SB3 zoo's choice for
+            these tasks; cheaper on CPU: see ``benchmarks/results/acer_continuous_update.md``).
+            Recurrent torsos keep tanh.
 
     Returns:
         ``(actor, critic)``. The actor (a ``ProbabilisticActor``) reads ``observation``
@@ -437,9 +453,13 @@ def make_continuous_actor_critic(
         raise ValueError(f"fixed_scale must be finite and > 0 (or None), got {fixed_scale!r}")
     if fixed_scale is not None and state_dependent_scale:
         raise ValueError("fixed_scale and state_dependent_scale exclude each other")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     if recurrent is not None:
         if recurrent not in ("lstm", "gru"):
             raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {recurrent!r}")
+        if activation != "tanh":
+            raise ValueError(f"recurrent torsos use tanh; got activation={activation!r}")
         if type(recurrent_size) is not int or recurrent_size < 1:
             raise ValueError(f"recurrent_size must be an int >= 1, got {recurrent_size!r}")
         return _recurrent_actor_critic(
@@ -456,12 +476,12 @@ def make_continuous_actor_critic(
         )
     if state_dependent_scale:
         body = nn.Sequential(
-            _mlp(observation_dim, 2 * action_dim, hidden_sizes, head_gain=0.01),
+            _mlp(observation_dim, 2 * action_dim, hidden_sizes, 0.01, activation),
             NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
         )
     else:
         body = nn.Sequential(
-            _mlp(observation_dim, action_dim, hidden_sizes, head_gain=0.01),
+            _mlp(observation_dim, action_dim, hidden_sizes, 0.01, activation),
             _scale_head(action_dim, init_scale, fixed_scale),
         )
     actor = ProbabilisticActor(
@@ -472,8 +492,8 @@ def make_continuous_actor_critic(
         return_log_prob=True,
     )
     critic = StochasticDuelingNetwork(
-        _mlp(observation_dim, 1, hidden_sizes, head_gain=1.0),
-        _ObservationActionMLP(_mlp(observation_dim + action_dim, 1, hidden_sizes, head_gain=1.0)),
+        _mlp(observation_dim, 1, hidden_sizes, 1.0, activation),
+        _ObservationActionMLP(_mlp(observation_dim + action_dim, 1, hidden_sizes, 1.0, activation)),
         num_samples=num_samples,
         observation_key=observation_key,
     )

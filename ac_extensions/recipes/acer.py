@@ -196,6 +196,9 @@ class ACERConfig(RunConfig):
     fixed_scale: float | None = None
     """Continuous actions only: a fixed σ instead of a learned one (the paper's 0.3, §6;
     :class:`~ac_extensions.modules.FixedNormalScale`). None learns one log σ per dimension."""
+    activation: str = "tanh"
+    """Continuous actions only: the hidden layers' activation, ``"tanh"`` or ``"relu"``
+    (:func:`~ac_extensions.modules.make_continuous_actor_critic`)."""
     normalize_observations: bool = False
     """Normalise vector observations by running mean and variance
     (:class:`~ac_extensions.modules.ObservationNormalizer`: (x − mean)/sqrt(var + 1e-8),
@@ -209,6 +212,8 @@ class ACERConfig(RunConfig):
         for name in ("batch_size", "replay_capacity", "num_samples", "init_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         if self.fixed_scale is not None and not (
             self.fixed_scale > 0 and math.isfinite(self.fixed_scale)
         ):
@@ -284,6 +289,7 @@ def build(config: ACERConfig):
             init_scale=config.init_scale,
             fixed_scale=config.fixed_scale,
             observation_key=observation_key,
+            activation=config.activation,
         )
         actor, critic = actor.to(config.device), critic.to(config.device)
         statistics = ("loc", "scale")

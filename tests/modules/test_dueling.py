@@ -141,6 +141,35 @@ class TestContinuousActor:
         assert not torch.allclose(scale, scale[:1].expand_as(scale))
         assert (scale > 0).all()
 
+    def test_relu_activation_changes_only_the_nonlinearity(self):
+        """activation="relu": the same layers and initial weights, ReLU between them."""
+        obs = TensorDict({"observation": torch.randn(6, OBS)}, [6])
+        torch.manual_seed(3)
+        tanh_actor, tanh_critic = make_continuous_actor_critic(OBS, ACT, hidden_sizes=(8, 8))
+        torch.manual_seed(3)
+        relu_actor, relu_critic = make_continuous_actor_critic(
+            OBS, ACT, hidden_sizes=(8, 8), activation="relu"
+        )
+        for tanh_net, relu_net in ((tanh_actor, relu_actor), (tanh_critic, relu_critic)):
+            kinds = {type(m) for m in relu_net.modules()}
+            assert torch.nn.ReLU in kinds and torch.nn.Tanh not in kinds
+            for a, b in zip(tanh_net.parameters(), relu_net.parameters(), strict=True):
+                torch.testing.assert_close(a, b)
+        # loc by hand: W3 relu(W2 relu(W1 x + b1) + b2) + b3
+        linears = [m for m in relu_actor.modules() if isinstance(m, torch.nn.Linear)]
+        x = obs["observation"]
+        for layer in linears[:-1]:
+            x = torch.relu(layer(x))
+        expected = linears[-1](x)
+        torch.testing.assert_close(relu_actor(obs.clone())["loc"], expected)
+        assert not torch.allclose(tanh_actor(obs.clone())["loc"], expected)
+
+    def test_bad_activation(self):
+        with pytest.raises(ValueError, match=r"activation must be one of .*'gelu'"):
+            make_continuous_actor_critic(OBS, ACT, activation="gelu")
+        with pytest.raises(ValueError, match="recurrent torsos use tanh; got activation='relu'"):
+            make_continuous_actor_critic(OBS, ACT, recurrent="lstm", activation="relu")
+
 
 def feed_forward_reference(state_dependent_scale):
     """The feed-forward networks built by hand as before the recurrent option existed."""

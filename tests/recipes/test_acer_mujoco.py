@@ -125,3 +125,17 @@ def test_normalizer_is_the_collection_policys_first_module():
     policy, _, _, _, normalizer = build(config)
     assert isinstance(normalizer, ObservationNormalizer) and policy.module[0] is normalizer
     assert build(replace(config, normalize_observations=False))[-1] is None
+
+
+def test_activation_reaches_the_continuous_networks_and_is_validated():
+    config = ACERConfig.for_env(ENV, workers=1, envs_per_worker=1, activation="relu")
+
+    def kinds(loss):
+        return {type(m) for net in (loss.actor_network, loss.critic_network) for m in net.modules()}
+
+    _, loss, *_ = build(config)
+    assert torch.nn.ReLU in kinds(loss) and torch.nn.Tanh not in kinds(loss)
+    _, loss, *_ = build(replace(config, activation="tanh"))
+    assert torch.nn.ReLU not in kinds(loss) and torch.nn.Tanh in kinds(loss)
+    with pytest.raises(ValueError, match="activation must be 'tanh' or 'relu', got 'elu'"):
+        ACERConfig(env_id=ENV, activation="elu")
