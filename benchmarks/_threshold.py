@@ -156,6 +156,65 @@ def run_sb3_ppo(
     }
 
 
+def run_sb3_a2c(
+    seed: int, frames: int, *, threads: int = 2, stop_at_threshold: bool = True
+) -> dict:
+    """Stable-Baselines3 A2C on CartPole-v1 with rl-baselines3-zoo's settings, timed to 475.
+
+    The zoo's ``hyperparams/a2c.yml`` CartPole-v1 entry (8 envs, no entropy bonus) on SB3's A2C
+    defaults (n_steps 5, RMSprop lr 7e-4 with α 0.99 and eps 1e-5, γ 0.99, GAE λ 1, value
+    coefficient 0.5, gradient-norm clip 0.5). Returns the keys of :func:`run_until_threshold`
+    (``best_window`` included); with ``stop_at_threshold`` training stops at 475.
+    """
+    import torch
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    callback = _threshold_callback(start, stop_at_threshold)
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+    model = A2C("MlpPolicy", env, ent_coef=0.0, seed=seed, device="cpu", verbose=0)
+    model.learn(total_timesteps=frames, callback=callback)
+    wall = time.perf_counter() - start
+    return {
+        "frames_to_475": callback.hit[0] if callback.hit else None,
+        "seconds_to_475": callback.hit[1] if callback.hit else None,
+        "frames": model.num_timesteps,
+        "seconds": wall,
+        "fps": model.num_timesteps / wall,
+        "best_window": callback.best,
+    }
+
+
+def _threshold_callback(start: float, stop_at_threshold: bool):
+    """An SB3 callback recording when the mean of the last 20 finished returns reaches 475."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Threshold(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.window = deque(maxlen=20)
+            self.hit, self.best = None, -math.inf
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" not in info:
+                    continue
+                self.window.append(info["episode"]["r"])
+                if len(self.window) < 20:
+                    continue
+                mean = sum(self.window) / 20
+                self.best = max(self.best, mean)
+                if self.hit is None and mean >= THRESHOLD:
+                    self.hit = (self.num_timesteps, time.perf_counter() - start)
+                    if stop_at_threshold:
+                        return False  # stops model.learn
+            return True
+
+    return Threshold()
+
+
 def median(values) -> float | None:
     """Median of the values that are not None (None if there are none)."""
     values = [v for v in values if v is not None]
