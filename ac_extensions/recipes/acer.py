@@ -184,6 +184,10 @@ class ACERConfig(RunConfig):
     """Sequences per off-policy update (openai/baselines: 16 per environment)."""
     memmap: bool = False
     """Keep the replay in memory-mapped files (``LazyMemmapStorage``) instead of RAM."""
+    torch_threads: int | None = None
+    """Threads of the learner process (``None``: torch's default, one per core). The collector
+    workers run beside it: with small networks one thread avoids oversubscribing the cores
+    (see :attr:`ReactorConfig.torch_threads <ac_extensions.recipes.reactor.ReactorConfig>`)."""
     reward_scale: float = 0.1
     """Factor on the rewards the learner sees (fresh batch and replay); the logged returns stay
     the environment's. Keeps Q^ret and the critic's squared error in a range where the
@@ -212,6 +216,8 @@ class ACERConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1 or None, got {self.torch_threads}")
         for name in ("batch_size", "replay_capacity", "num_samples", "init_scale"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -403,6 +409,17 @@ def load_statistics(normalizer: ObservationNormalizer | None, counters: Mapping)
         normalizer.load_state_dict(counters["observation_norm"])
 
 
+def seed_and_threads(config: ACERConfig) -> torch.Generator:
+    """Apply ``config.torch_threads`` and ``config.seed``; return the replay-draw generator.
+
+    The generator (seeded with ``config.seed``) draws the Poisson number of replay updates.
+    """
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    return torch.Generator().manual_seed(config.seed)
+
+
 def train(
     config: ACERConfig | None = None, *, checkpoint: Checkpointer | None = None
 ) -> Iterator[dict[str, float]]:
@@ -421,8 +438,7 @@ def train(
     stops the run before the batch in progress is checkpointed.
     """
     config = config or ACERConfig()
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = seed_and_threads(config)
     policy, loss_module, optimizer, average, normalizer = build(config)
     keys = CONTINUOUS_REPLAY_KEYS if isinstance(loss_module, ContinuousACERLoss) else REPLAY_KEYS
     replay = make_replay(config)

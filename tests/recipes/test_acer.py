@@ -119,8 +119,22 @@ def test_replay_updates_run_on_memmap_storage():
         assert math.isfinite(last[key]), key
 
 
+@pytest.mark.timeout(120)
+def test_torch_threads_sets_the_learners_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+    try:
+        for _ in train(ACERConfig(frames=320, torch_threads=1, workers=1)):
+            seen.append(torch.get_num_threads())
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1] * 4  # 320 frames in batches of 1 worker × 4 envs × 20 steps
+
+
 @pytest.mark.parametrize(
-    ("field", "value"), [("frames", 0), ("replay_ratio", -1.0), ("average_policy_decay", 1.0)]
+    ("field", "value"),
+    [("frames", 0), ("replay_ratio", -1.0), ("average_policy_decay", 1.0), ("torch_threads", 0)],
 )
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=field):
