@@ -236,15 +236,23 @@ def run_child(script: str, name: str, seed: int, frames: int, timeout: int = 900
 
 
 def write_table(
-    runs: dict[str, list[dict]], baseline: str, out: Path, header: str
+    runs: dict[str, list[dict]],
+    baseline: str,
+    out: Path,
+    header: str,
+    seconds_ratio: bool = False,
 ) -> dict[str, dict]:
-    """Median table with ratios against ``baseline``; writes ``out`` (.md) and ``.json``."""
+    """Median table with ratios against ``baseline``; writes ``out`` (.md) and ``.json``.
+
+    With ``seconds_ratio`` the table also gives the ratio of the median seconds to 475.
+    """
     keys = ("frames_to_475", "seconds_to_475", "fps")
     base = {k: median(r[k] for r in runs[baseline]) for k in keys}
     rows = [
         "| run | seeds reaching 475 | frames to 475 (median) | s to 475 (median) | fps "
-        f"(median) | frames ratio vs {baseline} | fps ratio vs {baseline} |",
-        "|---|---|---|---|---|---|---|",
+        f"(median) | frames ratio vs {baseline} | fps ratio vs {baseline} |"
+        + (f" s ratio vs {baseline} |" if seconds_ratio else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if seconds_ratio else ""),
     ]
 
     def fmt(x, spec):
@@ -262,11 +270,20 @@ def write_table(
         fps_ratio = med["fps"] / base["fps"]
         summary[name] = med | {"reached": reached, "frames_ratio": frames_ratio}
         summary[name]["fps_ratio"] = fps_ratio
-        rows.append(
+        row = (
             f"| {name} | {reached}/{len(results)} | {fmt(med['frames_to_475'], ',.0f')} "
             f"| {fmt(med['seconds_to_475'], '.1f')} | {med['fps']:,.0f} | "
             f"{fmt(frames_ratio, '.2f')} | {fps_ratio:.2f} |"
         )
+        if seconds_ratio:
+            ratio = (
+                med["seconds_to_475"] / base["seconds_to_475"]
+                if med["seconds_to_475"] and base["seconds_to_475"]
+                else None
+            )
+            summary[name]["seconds_ratio"] = ratio
+            row += f" {fmt(ratio, '.2f')} |"
+        rows.append(row)
     table = "\n".join(rows)
     print("\n" + table)
     per_run = "\n".join(

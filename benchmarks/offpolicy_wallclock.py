@@ -1,0 +1,105 @@
+"""Wall-clock to 475 on CartPole-v1: ACER and Reactor against PPO, in one run.
+
+The goal (issue 20): ACER and Reactor reach a 20-episode mean of 475 in no more wall-clock
+than our PPO, median of 3 seeds, measured side by side. For each seed, every variant of
+:data:`VARIANTS` runs in a fresh subprocess, one after the other (so machine load hits them
+alike), and stops when the mean of its last 20 finished returns first reaches 475 or at its
+budget. Reported per variant: seeds reaching 475, median frames and wall seconds to 475
+(model and collector construction included), fps up to then, and the ratios to PPO.
+
+Variants change only how the off-policy learners spend their time, not their losses:
+learner threads (one thread avoids oversubscribing 2 cores shared with the collector
+workers) and the replay schedule (fewer, larger replay updates for ACER; fewer learner steps
+per frame for Reactor).
+
+    python benchmarks/offpolicy_wallclock.py --seeds 1 2 3
+    python benchmarks/offpolicy_wallclock.py --seeds 1 --variants ppo "acer (1 thread)"
+
+Writes ``benchmarks/results/offpolicy_wallclock.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _threshold import run_child, run_until_threshold, write_table
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "ppo": ("ppo", {"frames": 100_352}),
+    "acer": ("acer", {"frames": 60_000}),
+    "acer (1 thread)": ("acer", {"frames": 60_000, "torch_threads": 1}),
+    "acer (1 thread, replay 4 × 128)": (
+        "acer",
+        {"frames": 60_000, "torch_threads": 1, "replay_ratio": 4.0, "batch_size": 128},
+    ),
+    "acer (1 thread, replay 8 × 64)": (
+        "acer",
+        {"frames": 60_000, "torch_threads": 1, "replay_ratio": 8.0, "batch_size": 64},
+    ),
+    "reactor": ("reactor", {"frames": 60_000}),
+    "reactor (8 frames per step, B 32)": (
+        "reactor",
+        {"frames": 60_000, "acting_steps_per_learning_step": 8.0, "batch_size": 32},
+    ),
+}
+"""Name → (recipe, config overrides). Defaults otherwise (``PPOConfig``, ``ACERConfig``,
+``ReactorConfig``: their CartPole-v1 settings)."""
+
+
+def run_variant(name: str, seed: int) -> dict:
+    """One run of ``name`` with ``seed``, stopped at 475."""
+    recipe, overrides = VARIANTS[name]
+    if recipe == "ppo":
+        from ac_extensions.recipes.ppo import PPOConfig as Config
+        from ac_extensions.recipes.ppo import train
+    elif recipe == "acer":
+        from ac_extensions.recipes.acer import ACERConfig as Config
+        from ac_extensions.recipes.acer import train
+    else:
+        from ac_extensions.recipes.reactor import ReactorConfig as Config
+        from ac_extensions.recipes.reactor import train
+    return run_until_threshold(lambda: train(Config(seed=seed, **overrides)))
+
+
+def child(argv: list[str]) -> None:
+    """Run one (variant, seed) and print its ``RESULT`` line."""
+    print("RESULT " + json.dumps(run_variant(argv[0], int(argv[1]))), flush=True)
+
+
+def main() -> None:
+    """Every seed of every chosen variant, then the median table against PPO."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--out", type=Path, default=RESULTS / "offpolicy_wallclock.md")
+    args = parser.parse_args()
+    names = ["ppo", *(v for v in args.variants if v != "ppo")]
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for seed in args.seeds:
+        for name in names:
+            result = run_child(__file__, name, seed, 0, timeout=900)
+            runs[name].append(result)
+            print(f"{name:36s} seed {seed}: {result}", flush=True)
+    header = (
+        "# Wall-clock to 475 on CartPole-v1: ACER and Reactor against PPO\n\n"
+        f"Command: `python benchmarks/offpolicy_wallclock.py --seeds "
+        f"{' '.join(map(str, args.seeds))}` (each run a fresh process, stopped when the mean of "
+        "the last 20 returns first reaches 475 or at its budget: PPO 100,352 frames, ACER and "
+        "Reactor 60,000; runs one after the other, seed by seed, on the same 2-core machine; "
+        "wall time includes model/collector construction; fps up to 475). Goal: ACER and "
+        "Reactor at a seconds-to-475 median no higher than PPO's.\n\n"
+    )
+    write_table(runs, "ppo", args.out, header, seconds_ratio=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2:])
+    else:
+        main()
