@@ -42,6 +42,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
         "acer",
         {"frames": 60_000, "torch_threads": 1, "replay_ratio": 8.0, "batch_size": 64},
     ),
+    "acer (1 thread, replay 2 × 128)": (
+        "acer",
+        {"frames": 60_000, "torch_threads": 1, "replay_ratio": 2.0, "batch_size": 128},
+    ),
     "reactor": ("reactor", {"frames": 60_000}),
     "reactor (8 frames per step, B 32)": (
         "reactor",
