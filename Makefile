@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-acer bench-minatar bench-mujoco clean
+.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-a2c bench-acer bench-minatar bench-mujoco clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench-throughput: venv
 bench-ppo: venv
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/ppo_vs_sb3.py --seeds 1 2 3 4 5 6 7 8 9 10
+
+bench-a2c: venv
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/a2c_vs_sb3.py --seeds 1 2 3 4 5 6 7 8 9 10
 
 bench-acer: venv
 	$(BIN)/python benchmarks/acer_update.py

@@ -27,10 +27,10 @@ from _threshold import run_child, run_sb3_a2c, run_until_threshold, write_table
 RESULTS = Path(__file__).resolve().parent / "results"
 
 OURS = {
-    # The default config: 2 workers × 8 envs × 8 steps = 128 frames per update.
-    "ours (defaults)": {},
-    # SB3's batch exactly: 8 envs × 5 steps = 40 frames per update, one worker.
-    "ours (SB3 batch: 1 worker, 8 envs, 5 steps)": dict(workers=1, rollout_length=5),
+    # The default config: SB3's batch exactly, 1 worker × 8 envs × 5 steps = 40 frames per update.
+    "ours (defaults: SB3's batch, 1 worker, 8 envs, 5 steps)": {},
+    # The default before: 2 workers × 8 envs × 8 steps = 128 frames per update.
+    "ours (2 workers, 8 envs, 8 steps: the default before)": dict(workers=2, rollout_length=8),
 }
 """Our variants: ``A2CConfig`` overrides."""
 SB3_NAME = "sb3 (zoo)"

@@ -1,8 +1,9 @@
 """A2C on CartPole-v1 with TorchRL's multi-process collector.
 
-Mnih et al., 2016 (arXiv:1602.01783), synchronous version: two worker processes each step 8
-CartPoles for 8 steps; one RMSprop step per batch on n-step (GAE λ = 1) advantages.
-Expected: around 100k frames to a mean return of 475 (Stable-Baselines3's A2C needs ~103k).
+Mnih et al., 2016 (arXiv:1602.01783), synchronous version: one worker process steps 8
+CartPoles for 5 steps (Stable-Baselines3's A2C batch); one RMSprop step per batch on n-step
+(GAE λ = 1) advantages. Expected: around 85k frames to a mean return of 475 (median of 10
+seeds; SB3's zoo A2C 94k in the same run: benchmarks/results/a2c_cartpole.md).
 
     python examples/a2c_cartpole.py --frames 200000
 """
