@@ -370,6 +370,8 @@ def goal_lines(summary: dict[str, Any]) -> list[str]:
             continue
         above = ours["final_median"] > (peer["final_median"] or -math.inf)
         verdict = "above" if above else "not above"
+        if ours["unfinished"] or peer["unfinished"]:
+            verdict += " so far (unfinished runs: not yet at equal steps; no verdict)"
         lines.append(
             f"- {task}: acer {ours['final_median']:.0f} vs sb3_ppo {peer['final_median']:.0f} "
             f"(medians over {ours['seeds']} / {peer['seeds']} seeds): {verdict}."
@@ -377,9 +379,10 @@ def goal_lines(summary: dict[str, Any]) -> list[str]:
     cheetah = summary["games"].get("HalfCheetah", {}).get("algorithms", {}).get("acer")
     if cheetah and cheetah["final_median"] is not None:
         ratio = cheetah["final_median"] / SAC_HALFCHEETAH
+        partial = " so far (unfinished runs)" if cheetah["unfinished"] else ""
         lines.append(
-            f"- HalfCheetah: acer at {ratio:.0%} of SB3 zoo SAC's {SAC_HALFCHEETAH:,.0f} (goal: "
-            f">= 80%)."
+            f"- HalfCheetah: acer at {ratio:.0%} of SB3 zoo SAC's {SAC_HALFCHEETAH:,.0f}{partial} "
+            "(goal: >= 80%)."
         )
     return lines
 

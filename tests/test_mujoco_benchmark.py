@@ -107,6 +107,26 @@ def test_summary_goal_lines_and_files(bench, tmp_path):
     assert md.with_suffix(".png").stat().st_size > 0
 
 
+def test_unfinished_runs_give_no_verdict(bench, tmp_path):
+    def d(task, algo, seed):
+        return bench.Run(task, algo, seed).directory(tmp_path)
+
+    curve = [(1500, 5000.0, 100, 5.0)]
+    fake_run(d("HalfCheetah", "acer", 1), "acer", 1, final=5000.0, curve=curve, complete=False)
+    fake_run(
+        d("HalfCheetah", "sb3_ppo", 1), "sb3_ppo", 1, final=4000.0, curve=[(3000, 4000.0, 100, 5)]
+    )
+    goal = bench.goal_lines(bench.summarize(tmp_path, ["HalfCheetah"], ["acer", "sb3_ppo"], [1]))
+    assert (
+        "- HalfCheetah: acer 5000 vs sb3_ppo 4000 (medians over 1 / 1 seeds): above so far "
+        "(unfinished runs: not yet at equal steps; no verdict)." in goal
+    )
+    assert (
+        "- HalfCheetah: acer at 52% of SB3 zoo SAC's 9,535 so far (unfinished runs) (goal: >= 80%)."
+        in goal
+    )
+
+
 def test_zoo_settings_become_sb3_keywords(bench):
     settings = bench.peer_settings("HalfCheetah")
     assert settings["n_steps"] == 512 and settings["learning_rate"] == pytest.approx(2.0633e-05)
