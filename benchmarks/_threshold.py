@@ -98,32 +98,11 @@ def run_sb3_ppo(
     """
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
-
-    class Threshold(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.window = deque(maxlen=20)
-            self.hit = None
-
-        def _on_step(self) -> bool:
-            for info in self.locals["infos"]:
-                if "episode" in info:
-                    self.window.append(info["episode"]["r"])
-                    if (
-                        self.hit is None
-                        and len(self.window) == 20
-                        and sum(self.window) / 20 >= THRESHOLD
-                    ):
-                        self.hit = (self.num_timesteps, time.perf_counter() - start)
-                        if stop_at_threshold:
-                            return False  # stops model.learn
-            return True
-
+    callback = _threshold_callback(start, stop_at_threshold)
     env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
 
     def linear(value):
@@ -144,16 +123,8 @@ def run_sb3_ppo(
         device="cpu",
         verbose=0,
     )
-    callback = Threshold()
     model.learn(total_timesteps=frames, callback=callback)
-    wall = time.perf_counter() - start
-    return {
-        "frames_to_475": callback.hit[0] if callback.hit else None,
-        "seconds_to_475": callback.hit[1] if callback.hit else None,
-        "frames": model.num_timesteps,
-        "seconds": wall,
-        "fps": model.num_timesteps / wall,
-    }
+    return _sb3_result(model, callback, start)
 
 
 def run_sb3_a2c(
@@ -176,6 +147,11 @@ def run_sb3_a2c(
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     model = A2C("MlpPolicy", env, ent_coef=0.0, seed=seed, device="cpu", verbose=0)
     model.learn(total_timesteps=frames, callback=callback)
+    return _sb3_result(model, callback, start) | {"best_window": callback.best}
+
+
+def _sb3_result(model, callback, start: float) -> dict:
+    """The keys of :func:`run_recipe` for a finished SB3 ``model`` timed from ``start``."""
     wall = time.perf_counter() - start
     return {
         "frames_to_475": callback.hit[0] if callback.hit else None,
@@ -183,7 +159,6 @@ def run_sb3_a2c(
         "frames": model.num_timesteps,
         "seconds": wall,
         "fps": model.num_timesteps / wall,
-        "best_window": callback.best,
     }
 
 
@@ -233,6 +208,28 @@ def run_child(script: str, name: str, seed: int, frames: int, timeout: int = 900
     if not line:
         raise RuntimeError(f"{name} seed {seed} failed:\n{out.stderr[-3000:]}")
     return json.loads(line[-1][7:]) | {"seed": seed}
+
+
+def run_seeds(
+    script: str,
+    names: list[str],
+    seeds: list[int],
+    frames: int | dict[str, int],
+    timeout: int = 900,
+) -> dict[str, list[dict]]:
+    """Every name for every seed, seed by seed, each a fresh child (:func:`run_child`).
+
+    ``frames`` is one budget for all, or one per name. Prints each result as it arrives.
+    """
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    width = max(map(len, names))
+    for seed in seeds:
+        for name in names:
+            budget = frames[name] if isinstance(frames, dict) else frames
+            result = run_child(script, name, seed, budget, timeout=timeout)
+            runs[name].append(result)
+            print(f"{name:{width}s} seed {seed}: {result}", flush=True)
+    return runs
 
 
 def write_table(

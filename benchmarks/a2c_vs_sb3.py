@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import run_child, run_sb3_a2c, run_until_threshold, write_table
+from _threshold import run_sb3_a2c, run_seeds, run_until_threshold, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -61,12 +61,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=500_000)
     parser.add_argument("--out", type=Path, default=RESULTS / "a2c_cartpole.md")
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {name: [] for name in [SB3_NAME, *OURS]}
-    for seed in args.seeds:
-        for name in runs:
-            result = run_child(__file__, name, seed, args.frames, timeout=1800)
-            runs[name].append(result)
-            print(f"{name:45s} seed {seed}: {result}", flush=True)
+    runs = run_seeds(__file__, [SB3_NAME, *OURS], args.seeds, args.frames, timeout=1800)
     header = (
         f"# A2C on CartPole-v1 vs Stable-Baselines3's zoo A2C\n\nCommand: `python benchmarks/"
         f"a2c_vs_sb3.py --seeds {' '.join(map(str, args.seeds))}` (each run a fresh process, "

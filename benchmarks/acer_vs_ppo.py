@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import run_child, run_recipe, write_table
+from _threshold import run_recipe, run_seeds, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUDGET = {"acer": 60_000, "ppo": 100_352}
@@ -46,12 +46,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=RESULTS / "acer_cartpole.md")
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {"ppo": [], "acer": []}
-    for seed in args.seeds:
-        for name in runs:
-            result = run_child(__file__, name, seed, BUDGET[name])
-            runs[name].append(result)
-            print(f"{name:5s} seed {seed}: {result}", flush=True)
+    runs = run_seeds(__file__, ["ppo", "acer"], args.seeds, BUDGET)
     header = (
         "# ACER vs PPO on CartPole-v1: frames to a mean return of 475\n\n"
         f"Command: `python benchmarks/acer_vs_ppo.py --seeds {' '.join(map(str, args.seeds))}` "

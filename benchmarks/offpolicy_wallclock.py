@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import run_child, run_until_threshold, write_table
+from _threshold import run_seeds, run_until_threshold, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -84,12 +84,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "offpolicy_wallclock.md")
     args = parser.parse_args()
     names = ["ppo", *(v for v in args.variants if v != "ppo")]
-    runs: dict[str, list[dict]] = {name: [] for name in names}
-    for seed in args.seeds:
-        for name in names:
-            result = run_child(__file__, name, seed, 0, timeout=900)
-            runs[name].append(result)
-            print(f"{name:36s} seed {seed}: {result}", flush=True)
+    runs = run_seeds(__file__, names, args.seeds, 0)  # budgets are in VARIANTS
     header = (
         "# Wall-clock to 475 on CartPole-v1: ACER and Reactor against PPO\n\n"
         f"Command: `python benchmarks/offpolicy_wallclock.py --seeds "

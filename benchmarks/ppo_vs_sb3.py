@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import run_child, run_recipe, run_sb3_ppo, write_table
+from _threshold import run_recipe, run_sb3_ppo, run_seeds, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -72,12 +72,7 @@ def main() -> None:
         "--ours", nargs="+", default=list(OURS), choices=list(OURS), help="our variants to run"
     )
     args = parser.parse_args()
-    runs: dict[str, list[dict]] = {name: [] for name in [*SB3, *args.ours]}
-    for seed in args.seeds:
-        for name in runs:
-            result = run_child(__file__, name, seed, args.frames)
-            runs[name].append(result)
-            print(f"{name:22s} seed {seed}: {result}", flush=True)
+    runs = run_seeds(__file__, [*SB3, *args.ours], args.seeds, args.frames)
     header = (
         f"# PPO on CartPole-v1 vs Stable-Baselines3\n\nCommand: `python benchmarks/"
         f"ppo_vs_sb3.py --seeds {' '.join(map(str, args.seeds))}` ({args.frames:,} frames "
