@@ -46,7 +46,37 @@ VARIANTS: dict[str, tuple[str, dict]] = {
         "acer",
         {"frames": 60_000, "torch_threads": 1, "replay_ratio": 2.0, "batch_size": 128},
     ),
+    "acer (async, 1 worker × 8 envs, 1 thread)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "async_collection": True,
+            "workers": 1,
+            "envs_per_worker": 8,
+        },
+    ),
+    "acer (async, 2 workers, 1 thread)": (
+        "acer",
+        {"frames": 60_000, "torch_threads": 1, "async_collection": True},
+    ),
+    "acer (async, 1 worker × 8 envs, 1 thread, replay 2 × 128)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "async_collection": True,
+            "workers": 1,
+            "envs_per_worker": 8,
+            "replay_ratio": 2.0,
+            "batch_size": 128,
+        },
+    ),
     "reactor": ("reactor", {"frames": 60_000}),
+    "reactor (async, 1 worker)": (
+        "reactor",
+        {"frames": 60_000, "async_collection": True, "workers": 1},
+    ),
     "reactor (8 frames per step, B 32)": (
         "reactor",
         {"frames": 60_000, "acting_steps_per_learning_step": 8.0, "batch_size": 32},

@@ -17,6 +17,7 @@ def test_all_is_sorted_and_complete():
     defined = {
         name
         for module in (
+            functional.acer,
             functional.off_policy,
             functional.policy_gradients,
             functional.trust_region,

@@ -19,6 +19,8 @@ Index:
   :func:`trust_region_loss`, :func:`categorical_kl_gradient`, :func:`normal_kl_gradient`.
 - :mod:`.distributional`: :func:`categorical_projection`,
   :func:`distributional_retrace_targets`, :func:`total_variation`.
+- :mod:`.acer`: discrete ACER on plain tensors, :func:`categorical_q_retrace` (Q^ret from π and
+  Q) and :func:`categorical_acer_losses` (critic, Eq. 9 policy gradient, entropy, trust region).
 - :mod:`.ppo`: :func:`categorical_ppo_losses` (clipped PPO on plain tensors),
   :func:`categorical_ppo_backward` (the same with its gradient derived by hand),
   :func:`standardize_advantage`.
@@ -26,6 +28,7 @@ Index:
 
 from __future__ import annotations
 
+from ac_extensions.functional.acer import categorical_acer_losses, categorical_q_retrace
 from ac_extensions.functional.distributional import (
     categorical_projection,
     distributional_retrace_targets,
@@ -64,10 +67,12 @@ __all__ = [
     "acer_trace",
     "beta_loo_policy_loss",
     "bias_correction_loss",
+    "categorical_acer_losses",
     "categorical_kl_gradient",
     "categorical_ppo_backward",
     "categorical_ppo_losses",
     "categorical_projection",
+    "categorical_q_retrace",
     "continuous_acer_trace",
     "distributional_retrace_targets",
     "importance_ratio",

@@ -10,6 +10,8 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
+from ac_extensions.functional.acer import _masked_mean
+
 
 def is_recurrent(*networks: torch.nn.Module | None) -> bool:
     """Whether any of ``networks`` holds a TorchRL ``LSTMModule`` or ``GRUModule``."""
@@ -70,12 +72,24 @@ def next_step_plan(
         in_keys: every input key of the networks.
         done_key: the done flag inside ``nxt``, shape [*B, T, 1].
     """
-    fresh = nxt.get(done_key).reshape(tensordict.batch_size).clone()  # [*B, T]
+    keys = dict.fromkeys(in_keys)
+    pairs = [(tensordict.get(key, None), nxt.get(key, None)) for key in keys]
+    return fresh_next_steps(nxt.get(done_key), pairs)
+
+
+def fresh_next_steps(done: Tensor, inputs: Iterable[tuple[Tensor | None, Tensor | None]]) -> Tensor:
+    """:func:`next_step_plan` on tensors: which x_{t+1} need their own evaluation, bool [*B, T].
+
+    Args:
+        done: ``("next", done)``, shape [*B, T, 1] bool.
+        inputs: for every network input, (its value at x_t, its value at x_{t+1}), each
+            [*B, T, ...] (``None`` if missing: then every step is evaluated).
+    """
+    fresh = done.reshape(done.shape[:-1]).clone()  # [*B, T]
     fresh[..., -1] = True  # x_T must be computed here
     continues = ~fresh[..., :-1]  # [*B, T − 1]
-    time_dim, steps = tensordict.batch_dims - 1, tensordict.batch_size[-1]
-    for key in dict.fromkeys(in_keys):
-        now, later = tensordict.get(key, None), nxt.get(key, None)
+    time_dim, steps = fresh.dim() - 1, fresh.shape[-1]
+    for now, later in inputs:
         if now is None or later is None or now.shape != later.shape:
             return torch.ones_like(fresh)
         now, later = now.narrow(time_dim, 1, steps - 1), later.narrow(time_dim, 0, steps - 1)
@@ -311,8 +325,4 @@ def masked_mean(x: Tensor, mask: Tensor | None, weight: Tensor | None = None) ->
     The losses on sequences (ACER, continuous ACER, Reactor) reduce every term with it;
     ``weight`` ([*B, T, 1]) holds importance weights where the sampler gives them.
     """
-    if weight is not None:
-        x = x * weight
-    if mask is None:
-        return x.mean()
-    return x.squeeze(-1)[mask].mean()
+    return _masked_mean(x if weight is None else x * weight, mask)

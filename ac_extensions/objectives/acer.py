@@ -9,26 +9,28 @@ import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
+from ac_extensions.objectives._plain import has_hooks, plain_network
 from ac_extensions.objectives._replay import (
     assemble_next,
     burn_in,
     check_sequence_batch,
     cut_traces_at_padding,
+    fresh_next_steps,
+    holds_parameters,
     is_recurrent,
     joint_inputs,
-    masked_mean,
     next_step_outputs,
     next_step_plan,
     run_under,
     split_joint,
 )
 from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
-from ac_extensions.objectives.value import ACValueEstimators
+from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
 
 class ACERLoss(LossModule):
@@ -74,6 +76,18 @@ class ACERLoss(LossModule):
     hidden state stored at its first step; the values of the next states are computed step by
     step from the hidden states stored under ``("next", ...)`` at collection.
 
+    Fast path (:attr:`fast_path`, on by default): with feed-forward networks that are plain
+    TensorDict wrappers (a ``TensorDictModule`` / ``ValueOperator`` reading one entry and
+    writing ``logits`` or ``action_value``; for the actor also a ``ProbabilisticActor`` around
+    one), a separate Q network, no forward hooks on the wrappers, the loss's parameters being
+    the networks' own and the default :class:`~ac_extensions.objectives.value.RetraceEstimator`,
+    the networks run on plain tensors (the average policy through
+    ``torch.func.functional_call``) and Q^ret comes from
+    :func:`~ac_extensions.functional.categorical_q_retrace` directly: the same outputs and
+    gradients without the TensorDict plumbing, which costs more than the arithmetic of small
+    networks on CPU (``benchmarks/results/acer_update.md``). :meth:`fast_path_blocker` says
+    why an input does not take it. Everything else runs the general path.
+
     Args:
         actor_network: module writing the policy logits (``logits``) from the observation; a
             TorchRL ``ProbabilisticActor`` works (its distribution parameters are used).
@@ -88,6 +102,8 @@ class ACERLoss(LossModule):
             warm the memory up from the stored state, without gradient, and are left out of
             every loss term (Kapturowski et al., 2019, R2D2 §3; see
             ``objectives._replay.burn_in``); the losses see T − ``burn_in`` steps.
+        fast_path: take the fast path where it applies (above); ``False`` always runs the
+            networks through their TensorDict wrappers. Also the attribute :attr:`fast_path`.
 
     Example:
         >>> import torch
@@ -125,6 +141,8 @@ class ACERLoss(LossModule):
 
     default_keys = _AcceptedKeys
     default_value_estimator = ACValueEstimators.Retrace
+    fast_path: bool = True
+    """Run plain feed-forward networks on tensors where that gives the same result (class doc)."""
     SUPPORTED_VALUE_ESTIMATORS = (ACValueEstimators.Retrace,)
     actor_network: TensorDictModule
     qvalue_network: TensorDictModule
@@ -144,6 +162,7 @@ class ACERLoss(LossModule):
         entropy_coeff: float = 0.01,
         critic_coeff: float = 0.5,
         burn_in: int = 0,
+        fast_path: bool = True,
     ) -> None:
         super().__init__()
         if not 0.0 <= gamma <= 1.0:
@@ -176,6 +195,7 @@ class ACERLoss(LossModule):
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
         self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)))
         self.reduction = "mean"
+        self.fast_path = fast_path
 
     @property
     def in_keys(self) -> list:
@@ -279,14 +299,17 @@ class ACERLoss(LossModule):
             self.tensor_keys.action_value
         )
         if q.shape != logits.shape:
-            shown = list(tensordict.batch_size if batch is None else batch)
-            raise ValueError(
-                f"{type(self).__name__}: the actor's {self.tensor_keys.logits!r} (shape "
-                f"{[*shown, logits.shape[-1]]}: {logits.shape[-1]} actions) and the Q network's "
-                f"{self.tensor_keys.action_value!r} (shape {[*shown, q.shape[-1]]}) must have "
-                f"the same shape [*B, T, A]: one Q value per action of the policy"
-            )
+            self._mismatched_actions(logits, q, tensordict.batch_size if batch is None else batch)
         return logits, q
+
+    def _mismatched_actions(self, logits: Tensor, q: Tensor, batch: torch.Size) -> None:
+        keys, shown = self.tensor_keys, list(batch)
+        raise ValueError(
+            f"{type(self).__name__}: the actor's {keys.logits!r} (shape "
+            f"{[*shown, logits.shape[-1]]}: {logits.shape[-1]} actions) and the Q network's "
+            f"{keys.action_value!r} (shape {[*shown, q.shape[-1]]}) must have the same shape "
+            f"[*B, T, A]: one Q value per action of the policy"
+        )
 
     def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         keys, batch = self.tensor_keys, tensordict.batch_size
@@ -340,6 +363,142 @@ class ACERLoss(LossModule):
             )
         return action.unsqueeze(-1), behavior_log_probs
 
+    def _outputs(self, tensordict: TensorDictBase) -> tuple[Tensor, ...]:
+        """Network outputs through the TensorDict wrappers, each [*B, T, A].
+
+        Returns ``(logits, q, average_logits, next_logits, next_q)``: π's logits and Q at x_t
+        (with gradient), the average policy's logits at x_t, π's logits and Q at x_{t+1}.
+        π and Q at x_{t+1} are the current pass shifted by one step where the stream continues,
+        the networks run only at episode ends and the window end (for feed-forward networks in
+        the same pass as x_t: ``joint_inputs``).
+        """
+        keys = self.tensor_keys
+        nxt = tensordict.get("next")
+        in_keys = [*self.actor_network.in_keys, *self._qvalue_in_keys()]
+        batch = tensordict.batch_size
+        if self._recurrent:
+            logits, q = self._policy_and_q(tensordict)  # π logits, Q(x_t, ·) [*B, T, A] each
+        else:
+            fresh = next_step_plan(tensordict, nxt, in_keys, keys.done)
+            joint = joint_inputs(tensordict, nxt, fresh, in_keys)
+            joint_logits, joint_q = self._policy_and_q(joint, batch)
+            (logits, fresh_logits), (q, fresh_q) = (
+                split_joint(joint_logits, batch),
+                split_joint(joint_q, batch),
+            )
+        with torch.no_grad():
+            average_logits, _ = self._actor_outputs(tensordict, self.target_actor_network_params)
+            if self._recurrent:
+                next_logits, next_q = next_step_outputs(
+                    tensordict, nxt, (logits, q), self._policy_and_q, in_keys, keys.done, True
+                )
+            else:
+                next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
+        return logits, q, average_logits, next_logits, next_q
+
+    @torch.no_grad()
+    def _q_ret(
+        self,
+        tensordict: TensorDictBase,
+        action: Tensor,
+        behavior_log_probs: Tensor,
+        logits: Tensor,
+        q: Tensor,
+        next_logits: Tensor,
+        next_q: Tensor,
+    ) -> Tensor:
+        """Q^ret (Eq. 5) from the registered estimator on detached outputs, [*B, T, 1]."""
+        keys, nxt = self.tensor_keys, tensordict.get("next")
+        estimator = self.value_estimator
+        if type(estimator) is RetraceEstimator:  # the default: its functional directly
+            q_ret, _ = F.categorical_q_retrace(
+                logits.detach(),
+                q.detach(),
+                next_logits,
+                next_q,
+                action,
+                behavior_log_probs,
+                nxt.get(keys.reward),
+                nxt.get(keys.done),
+                nxt.get(keys.terminated),
+                float(estimator.gamma),
+                float(estimator.lmbda),
+            )
+            return q_ret
+        estimate = TensorDict(
+            {
+                keys.action: tensordict.get(keys.action),
+                keys.behavior_logits: tensordict.get(keys.behavior_logits),
+                keys.logits: logits.detach(),
+                keys.action_value: q.detach(),
+                "next": {
+                    keys.logits: next_logits,
+                    keys.action_value: next_q,
+                    keys.reward: nxt.get(keys.reward),
+                    keys.done: nxt.get(keys.done),
+                    keys.terminated: nxt.get(keys.terminated),
+                },
+            },
+            batch_size=tensordict.batch_size,
+        )
+        return estimator(estimate).get(estimator.tensor_keys.value_target)
+
+    # ------------------------------------------------------------------ fast path
+    def fast_path_blocker(self, tensordict: TensorDictBase) -> str | None:
+        """Why :meth:`forward` would not take the fast path on ``tensordict``, or ``None``.
+
+        Args:
+            tensordict: a batch as for :meth:`forward`, ``[B, T]`` or ``[T]`` (not validated
+                here).
+
+        Returns:
+            ``None`` when the fast path applies, else the first condition (class doc) that
+            fails.
+        """
+        if not self.fast_path:
+            return "fast_path is off"
+        if tensordict.batch_dims == 1:
+            tensordict = tensordict.unsqueeze(0)
+        plan = self._fast_plan(tensordict)
+        return plan if isinstance(plan, str) else None
+
+    def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
+        """The plain networks and their inputs for the fast path, or why it does not apply."""
+        if self._recurrent or self._shared_head:
+            return "the networks are recurrent" if self._recurrent else "the actor writes Q"
+        for name in ("_run_actor", "_actor_outputs", "_policy_and_q", "_outputs", "_q_ret"):
+            if getattr(type(self), name) is not getattr(ACERLoss, name):
+                return f"a subclass overrides {name}"
+        if type(self.value_estimator) is not RetraceEstimator:
+            return "the value estimator is not the default RetraceEstimator"
+        keys = self.tensor_keys
+        actor = plain_network(self.actor_network, keys.logits)
+        if isinstance(actor, str):
+            return f"actor: {actor}"
+        qvalue = plain_network(self.qvalue_network, keys.action_value)
+        if isinstance(qvalue, str):
+            return f"Q network: {qvalue}"
+        if has_hooks((*actor[2], *qvalue[2])):
+            return "a TensorDict wrapper of the networks has forward hooks"
+        if not (
+            holds_parameters(self.actor_network, self.actor_network_params)
+            and holds_parameters(self.qvalue_network, self.qvalue_network_params)
+        ):
+            return "the loss's parameters are not its networks' own"
+        nxt, batch = tensordict.get("next"), tensordict.batch_size
+        inputs = []
+        for key in (actor[1], qvalue[1]):
+            for source in (tensordict, nxt):
+                value = source.get(key, None)
+                if not isinstance(value, Tensor) or value.shape[: len(batch)] != batch:
+                    return f"the network input {key!r} is not a tensor of batch shape {batch}"
+                inputs.append(value)
+        average = self.target_actor_network_params.flatten_keys(".")
+        prefix = next(n for n, m in self.actor_network.named_modules() if m is actor[0])
+        average = {name[len(prefix) + 1 :]: value for name, value in average.items()}
+        done = nxt.get(keys.done)
+        return _FastPlan(actor[0], qvalue[0], *inputs, done, average)
+
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the ACER losses for a batch of sequences."""
@@ -353,99 +512,69 @@ class ACERLoss(LossModule):
         # Padded steps end the traces: no target reads past a row's last valid step.
         mask = valid_mask(self, tensordict)  # [*B, T] or None
         tensordict = cut_traces_at_padding(tensordict, mask, keys.done)
-        nxt = tensordict.get("next")
 
-        # Current policy as its statistics φ = π(·|x_t); log π = log φ so that g = ∂J/∂φ.
-        # π and Q at x_{t+1}: the current pass shifted by one step where the stream continues,
-        # the networks only at episode ends and the window end (for feed-forward networks in
-        # the same pass as x_t: joint_inputs).
-        in_keys = [*self.actor_network.in_keys, *self._qvalue_in_keys()]
-        batch = tensordict.batch_size
-        if self._recurrent:
-            logits, q = self._policy_and_q(tensordict)  # π logits, Q(x_t, ·) [*B, T, A] each
+        plan = self._fast_plan(tensordict) if self.fast_path else None
+        if isinstance(plan, _FastPlan):
+            logits, q, average_logits, next_logits, next_q = _fast_outputs(
+                plan, tensordict.batch_size, self._mismatched_actions
+            )
         else:
-            fresh = next_step_plan(tensordict, nxt, in_keys, keys.done)
-            joint = joint_inputs(tensordict, nxt, fresh, in_keys)
-            joint_logits, joint_q = self._policy_and_q(joint, batch)
-            (logits, fresh_logits), (q, fresh_q) = (
-                split_joint(joint_logits, batch),
-                split_joint(joint_q, batch),
-            )
-        probs = logits.softmax(-1)
-        log_probs = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()
-        with torch.no_grad():
-            average_logits, _ = self._actor_outputs(tensordict, self.target_actor_network_params)
-            average_probs = average_logits.softmax(-1)
-            if self._recurrent:
-                next_logits, next_q = next_step_outputs(
-                    tensordict, nxt, (logits, q), self._policy_and_q, in_keys, keys.done, True
-                )
-            else:
-                next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
-            # Q^ret (Eq. 5) from the registered estimator, on detached network outputs.
-            estimate = TensorDict(
-                {
-                    keys.action: tensordict.get(keys.action),
-                    keys.behavior_logits: tensordict.get(keys.behavior_logits),
-                    keys.logits: logits.detach(),
-                    keys.action_value: q.detach(),
-                    "next": {
-                        keys.logits: next_logits,
-                        keys.action_value: next_q,
-                        keys.reward: nxt.get(keys.reward),
-                        keys.done: nxt.get(keys.done),
-                        keys.terminated: nxt.get(keys.terminated),
-                    },
-                },
-                batch_size=tensordict.batch_size,
-            )
-            q_ret = self.value_estimator(estimate).get(
-                self.value_estimator.tensor_keys.value_target
-            )
-
-        pi_detached = probs.detach()
-        value = (pi_detached * q).sum(-1, keepdim=True)  # V_t = Σ_a π(a) Q(a)       [*B, T, 1]
-        chosen_q = q.gather(-1, action)  # Q(x_t, a_t)                           [*B, T, 1]
-        ratios = (pi_detached.log() - behavior_log_probs).exp()  # ρ_t(a)          [*B, T, A]
-        ratio = ratios.gather(-1, action)  # ρ_t                                 [*B, T, 1]
-        critic = 0.5 * (q_ret - chosen_q).pow(2)  # ½ (Q^ret − Q(x_t, a_t))²       [*B, T, 1]
-
-        # Policy objective J_t (to maximise), per sample: Eq. 9 plus the entropy bonus.
-        c = self.truncation_threshold
-        advantage = (q - value).detach()  # Q(x_t, ·) − V_t                        [*B, T, A]
-        policy_loss = F.truncated_is_policy_loss(
-            log_probs.gather(-1, action), ratio, q_ret - value.detach(), c
-        ) + F.bias_correction_loss(log_probs, ratios, advantage, c)
-        entropy = -(probs * log_probs).sum(-1, keepdim=True)  # H(π(·|x_t))        [*B, T, 1]
-        objective = -policy_loss + self.entropy_coeff * entropy  # J_t             [*B, T, 1]
-
-        # Efficient trust region, per sample (Eq. 11–12) on φ = probs.
-        kl = (average_probs * (average_probs.clamp_min(1e-30).log() - log_probs)).sum(
-            -1, keepdim=True
-        )  # KL(π_avg ‖ π)                                                    [*B, T, 1]
-        if math.isinf(self.trust_region_delta):
-            penalty = torch.zeros_like(kl)
-            active = torch.zeros_like(kl)
-        else:
-            (g,) = torch.autograd.grad(objective.sum(), probs, retain_graph=True)  # ∂J_t/∂φ_t
-            k = F.categorical_kl_gradient(average_probs, probs)
-            penalty = F.trust_region_loss(kl, g, k, self.trust_region_delta)
-            active = (F.trust_region_multiplier(g, k, self.trust_region_delta) > 0).to(kl.dtype)
-
-        out = TensorDict(
-            {
-                "loss_objective": self._mean(policy_loss + penalty, mask),
-                "loss_critic": self.critic_coeff * self._mean(critic, mask),
-                "loss_entropy": -self.entropy_coeff * self._mean(entropy, mask),
-                "entropy": self._mean(entropy.detach(), mask),
-                "ratio_mean": self._mean(ratio, mask),
-                "truncation_fraction": self._mean((ratio > c).to(ratio.dtype), mask),
-                "trust_region_active": self._mean(active, mask),
-                "kl_average": self._mean(kl.detach(), mask),
-                "q_ret_mean": self._mean(q_ret, mask),
-            },
-            batch_size=[],
+            logits, q, average_logits, next_logits, next_q = self._outputs(tensordict)
+        q_ret = self._q_ret(tensordict, action, behavior_log_probs, logits, q, next_logits, next_q)
+        out = F.categorical_acer_losses(
+            logits,
+            q,
+            average_logits,
+            q_ret,
+            action,
+            behavior_log_probs,
+            truncation_threshold=self.truncation_threshold,
+            trust_region_delta=self.trust_region_delta,
+            entropy_coeff=self.entropy_coeff,
+            critic_coeff=self.critic_coeff,
+            mask=mask,
         )
-        return out
+        return TensorDict(out, batch_size=[])
 
-    _mean = staticmethod(masked_mean)  # mean over valid steps of a [*B, T, 1] tensor
+
+@dataclass
+class _FastPlan:
+    """One call's fast path: the plain networks, their inputs and the average parameters."""
+
+    actor: nn.Module  # observation [N, *O] → logits [N, A]
+    qvalue: nn.Module  # observation [N, *O'] → Q [N, A]
+    actor_input: Tensor  # at x_t                                          [*B, T, *O]
+    next_actor_input: Tensor  # at x_{t+1}                                 [*B, T, *O]
+    qvalue_input: Tensor  # [*B, T, *O']
+    next_qvalue_input: Tensor  # [*B, T, *O']
+    done: Tensor  # ("next", done) after the padding cut                   [*B, T, 1]
+    average: dict[str, Tensor]  # the actor's averaged parameters, by its own names
+
+
+def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tensor, ...]:
+    """:meth:`ACERLoss._outputs` on plain tensors (same outputs, same order).
+
+    ``mismatched(logits, q, batch)`` raises for outputs with different action counts.
+    """
+    fresh = fresh_next_steps(
+        plan.done,
+        [(plan.actor_input, plan.next_actor_input), (plan.qvalue_input, plan.next_qvalue_input)],
+    )  # which x_{t+1} need their own pass                                 [*B, T]
+
+    def joint(now: Tensor, later: Tensor) -> Tensor:  # [B·T + n, *O]
+        return torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
+
+    joint_logits = plan.actor(joint(plan.actor_input, plan.next_actor_input))
+    joint_q = plan.qvalue(joint(plan.qvalue_input, plan.next_qvalue_input))
+    if joint_logits.shape != joint_q.shape:
+        mismatched(joint_logits, joint_q, batch)
+    (logits, fresh_logits), (q, fresh_q) = (
+        split_joint(joint_logits, batch),
+        split_joint(joint_q, batch),
+    )
+    with torch.no_grad():
+        average_logits = torch.func.functional_call(
+            plan.actor, plan.average, (plan.actor_input.flatten(0, len(batch) - 1),)
+        ).unflatten(0, batch)
+        next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
+    return logits, q, average_logits, next_logits, next_q

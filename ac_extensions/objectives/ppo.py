@@ -18,7 +18,6 @@ from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
-    TensorDictModuleBase,
 )
 from tensordict.utils import NestedKey
 from torch import Tensor, nn
@@ -27,6 +26,7 @@ from torchrl.objectives import ClipPPOLoss
 
 from ac_extensions.functional import categorical_ppo_backward, categorical_ppo_losses
 from ac_extensions.modules import MLPBackprop
+from ac_extensions.objectives._plain import plain_tensordict_module
 from ac_extensions.objectives._sequence import SequenceLossMixin
 from ac_extensions.objectives.addons import PolicyLossAddon
 
@@ -481,19 +481,6 @@ class _FastInputs:
     clip_value: float | None
 
 
-def _plain_tensordict_module(module, *types) -> str | None:
-    """Why ``module`` is not a plain one-in, one-out ``TensorDictModule`` over an nn.Module."""
-    if type(module) not in types:
-        return f"{type(module).__name__} is not one of {[t.__name__ for t in types]}"
-    if len(module.in_keys) != 1 or len(module.out_keys) != 1:
-        return f"{type(module).__name__} does not map one entry to one entry"
-    if module._kwargs is not None or module.method is not None or module.method_kwargs:
-        return f"{type(module).__name__} calls its module with keyword arguments or a method"
-    if not isinstance(module.module, nn.Module) or isinstance(module.module, TensorDictModuleBase):
-        return f"{type(module).__name__} does not wrap a plain nn.Module"
-    return None
-
-
 def _actor_blocker(actor) -> str | None:
     if not isinstance(actor, ProbabilisticTensorDictSequential) or len(actor.module) != 2:
         return "the actor is not a probabilistic sequence of a network and a distribution"
@@ -504,7 +491,7 @@ def _actor_blocker(actor) -> str | None:
         or type(actor).get_dist_params is not ProbabilisticTensorDictSequential.get_dist_params
     ):
         return "the actor builds its distribution in its own way"
-    reason = _plain_tensordict_module(body, TensorDictModule)
+    reason = plain_tensordict_module(body, TensorDictModule)
     if reason is not None:
         return f"actor: {reason}"
     if (
@@ -530,7 +517,7 @@ def _plan(loss: SequencePPOLoss) -> _FastPlan | str:
         return reason
     if critic is None:
         return "no critic network"
-    reason = _plain_tensordict_module(critic, TensorDictModule, ValueOperator)
+    reason = plain_tensordict_module(critic, TensorDictModule, ValueOperator)
     if reason is not None:
         return f"critic: {reason}"
     actor_net, critic_net = actor.module[0].module, critic.module

@@ -32,7 +32,7 @@ class RetraceEstimator(ValueEstimatorBase):
         c_t = λ min(1, π(a_t|x_t)/µ(a_t|x_t)),  V(x) = Σ_a π(a|x) Q(x, a)
 
     (Munos et al., 2016, arXiv:1606.02647v1, Eq. 4; λ = 1 is ACER's Q^ret, Wang et al., 2017,
-    arXiv:1611.01224v2, Eq. 5), computed by :func:`ac_extensions.functional.retrace_targets`.
+    arXiv:1611.01224v2, Eq. 5), computed by :func:`ac_extensions.functional.categorical_q_retrace`.
     Reads, over ``[*B, T]``: ``action_value`` and ``logits`` (current Q and policy at x_t),
     ``("next", "action_value")`` / ``("next", "logits")`` (at x_{t+1}), ``action`` (indices),
     ``behavior_logits`` (µ, stored at collection), ``("next", reward / done / terminated)``.
@@ -104,23 +104,18 @@ class RetraceEstimator(ValueEstimatorBase):
     ) -> TensorDictBase:
         """Write ``value_target`` and ``advantage`` into ``tensordict`` and return it."""
         k = self.tensor_keys
-        action = tensordict.get(k.action).unsqueeze(-1)  # [*B, T, 1]
-        probs = tensordict.get(k.logits).softmax(-1)  # π(·|x_t)          [*B, T, A]
-        q = tensordict.get(k.action_value)  # Q(x_t, ·)                   [*B, T, A]
-        next_probs = tensordict.get(("next", k.logits)).softmax(-1)
-        next_value = (next_probs * tensordict.get(("next", k.action_value))).sum(-1, keepdim=True)
-        value = (probs * q).sum(-1, keepdim=True)  # V(x_t)                 [*B, T, 1]
-        behavior_log_probs = tensordict.get(k.behavior_logits).log_softmax(-1)
-        ratio = (probs.gather(-1, action).log() - behavior_log_probs.gather(-1, action)).exp()
-        q_ret = F.retrace_targets(
+        q_ret, value = F.categorical_q_retrace(
+            tensordict.get(k.logits),
+            tensordict.get(k.action_value),
+            tensordict.get(("next", k.logits)),
+            tensordict.get(("next", k.action_value)),
+            tensordict.get(k.action).unsqueeze(-1),
+            tensordict.get(k.behavior_logits).log_softmax(-1),
             tensordict.get(("next", k.reward)),
-            q.gather(-1, action),
-            value,
-            next_value,
-            F.retrace_trace(ratio, float(self.lmbda)),
             tensordict.get(("next", k.done)),
             tensordict.get(("next", k.terminated)),
             float(self.gamma),
+            float(self.lmbda),
         )
         tensordict.set(k.value_target, q_ret)
         tensordict.set(k.advantage, q_ret - value)

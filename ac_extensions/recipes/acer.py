@@ -451,7 +451,7 @@ def train(
     load_statistics(normalizer, counters)
     if counters:
         checkpoint.load_replay(replay)
-    num_batches = math.ceil(config.frames / config.frames_per_batch)
+    num_batches = math.ceil(config.frames / config.batch_frames)
     if done >= num_batches:
         close_replay(replay)
         return
@@ -464,6 +464,7 @@ def train(
         frames=config.frames - progress.frames,
         seed=config.seed + done,
         feed=feed,
+        asynchronous=config.async_collection,
     )
 
     def update(batch) -> dict[str, float]:

@@ -528,7 +528,7 @@ def train(
     owed = counters.get("owed", 0.0)  # learner steps due at the fixed acting/learning ratio
     guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
     guard.load_state_dict(counters)
-    num_batches = math.ceil(config.frames / config.frames_per_batch)
+    num_batches = math.ceil(config.frames / config.batch_frames)
     if done >= num_batches:
         close_replay(replay)
         return
@@ -541,6 +541,7 @@ def train(
         frames=config.frames - progress.frames,
         seed=config.seed + done,
         feed=feed,
+        asynchronous=config.async_collection,
     )
     reduce = {"priority_max": max, "weight_min": min}
     try:

@@ -74,6 +74,14 @@ class RunConfig:
     optimiser step), a batch with a NaN/inf observation or reward is dropped (no learning, not
     stored); each warns and counts in ``train/skipped_updates`` / ``train/skipped_batches``.
     This many in a row stop the run (``NonFiniteError``, no checkpoint written for it)."""
+    async_collection: bool = False
+    """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``): each batch is
+    then one worker's E·T frames, in the order the workers finish, and the workers start their
+    next rollout at once, with weights that the learner's updates replace mid-rollout (each
+    step's behaviour statistics are stored with it, so PPO's ratio and the off-policy
+    corrections of ACER and Reactor stay exact). Faster when the
+    learner would otherwise leave cores idle; the batch order depends on timing, so runs are
+    not bit-reproducible. Local backend only."""
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "minatar": {"frames": 5_000_000, "gamma": 0.99},
@@ -166,11 +174,22 @@ class RunConfig:
                 f"backend 'ray' runs the learner on CPU (its actors act on CPU and receive "
                 f"CPU weights), got device {self.device!r}"
             )
+        if self.async_collection and self.backend != "local":
+            raise ValueError(f"async_collection needs backend 'local', got {self.backend!r}")
 
     @property
     def frames_per_batch(self) -> int:
         """W · E · T."""
         return self.workers * self.envs_per_worker * self.rollout_length
+
+    @property
+    def batch_frames(self) -> int:
+        """Frames per learner batch: W·E·T, or one worker's E·T with ``async_collection``."""
+        return (
+            self.frames_per_batch // self.workers
+            if self.async_collection
+            else self.frames_per_batch
+        )
 
     @property
     def worker_start_method(self) -> str:
@@ -217,13 +236,6 @@ class OnPolicyConfig(RunConfig):
     """Episodes per evaluation."""
     torch_threads: int | None = None
     """Threads for the learner (None: torch's default)."""
-    async_collection: bool = False
-    """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``): each batch is
-    then one worker's E·T frames, in the order the workers finish, and the workers start their
-    next rollout at once, with weights that the learner's updates replace mid-rollout (each
-    step's behaviour log-prob is stored with it, so PPO's ratio stays exact). Faster when the
-    learner would otherwise leave cores idle; the batch order depends on timing, so runs are
-    not bit-reproducible. Local backend only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -235,14 +247,3 @@ class OnPolicyConfig(RunConfig):
                 f"sequence_length {length} must divide rollout_length {self.rollout_length}, and "
                 f"burn_in {self.burn_in} must lie in [0, rollout_length - sequence_length]"
             )
-        if self.async_collection and self.backend != "local":
-            raise ValueError(f"async_collection needs backend 'local', got {self.backend!r}")
-
-    @property
-    def batch_frames(self) -> int:
-        """Frames per learner batch: W·E·T, or one worker's E·T with ``async_collection``."""
-        return (
-            self.frames_per_batch // self.workers
-            if self.async_collection
-            else self.frames_per_batch
-        )

@@ -102,7 +102,6 @@ class TestUniformWhenNothingAssigned:
         torch.testing.assert_close(table.probability[:28], torch.full((28,), 1 / 28).double())
         assert table.probability[28:].sum() == 0
 
-
     def test_epsilon_one_is_uniform_despite_priorities(self, seed):
         rb, sampler = make(20, 1, torch.zeros(20), uniform_probability=1.0)
         sample_everything(sampler, rb)
@@ -211,9 +210,7 @@ class TestValidity:
 
     def test_partial_buffer_and_trajectory_change_after_wrap(self, seed):
         rb, sampler = make(12, 3, torch.zeros(8))
-        assert sampler.priorities(rb.storage).valid.nonzero().flatten().tolist() == list(
-            range(6)
-        )
+        assert sampler.priorities(rb.storage).valid.nonzero().flatten().tolist() == list(range(6))
         extend(rb, torch.ones(8))  # traj 1 in slots 8..11, 0..3; traj 0 left in 4..7
         valid = sampler.priorities(rb.storage).valid.nonzero().flatten().tolist()
         assert valid == [0, 1, 4, 5, 8, 9, 10, 11]

@@ -180,3 +180,24 @@ def test_workers_normalise_with_the_learners_latest_statistics(monkeypatch):
     )
     metrics = list(train(config))
     assert len(agree) == len(metrics) == 640 // config.frames_per_batch and all(agree), agree
+
+
+@pytest.mark.timeout(180)
+def test_async_collection_learns_from_each_workers_batch():
+    # Two workers collect while the learner trains: one batch per worker rollout (E·T frames),
+    # every one stored in the replay and learned from.
+    config = ACERConfig(
+        frames=1_280, async_collection=True, replay_start=320, replay_ratio=2.0, seed=1
+    )
+    assert config.batch_frames == config.envs_per_worker * config.rollout_length == 80
+    metrics = list(train(config))
+    assert len(metrics) == 1_280 // 80
+    assert [m["time/frames"] for m in metrics[:2]] == [80, 160]
+    assert metrics[-1]["train/replay_frames"] == 1_280
+    assert sum(m["train/replay_updates"] for m in metrics) > 0
+    assert all(math.isfinite(m["train/on_policy/loss_objective"]) for m in metrics)
+
+
+def test_async_collection_needs_the_local_backend():
+    with pytest.raises(ValueError, match="async_collection needs backend 'local'"):
+        ACERConfig(async_collection=True, backend="ray")

@@ -166,6 +166,26 @@ def test_train_plumbing_at_a_fixed_ratio():
         assert m["train/target_negative_mass"] >= 0
 
 
+@pytest.mark.timeout(180)
+def test_async_collection_learns_at_the_same_ratio_per_frame():
+    # Two workers collect while the learner trains: batches of one worker's 4·32 = 128 frames,
+    # the learner steps owed per frame unchanged (1 per 32 frames: 4 per batch from the second
+    # batch on, when 256 frames are stored: 5 batches × 4 steps).
+    config = ReactorConfig(
+        frames=768,
+        replay_start=256,
+        acting_steps_per_learning_step=32.0,
+        batch_size=8,
+        async_collection=True,
+        seed=1,
+    )
+    assert config.batch_frames == 128
+    metrics = list(train(config))
+    assert [m["train/replay_frames"] for m in metrics] == [128.0 * i for i in range(1, 7)]
+    assert [m["train/learner_steps"] for m in metrics] == [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]
+    assert all(math.isfinite(m["train/loss_objective"]) for m in metrics[1:])
+
+
 def test_image_observations_pick_the_cnn_torso(monkeypatch):
     from ac_extensions.modules.acer import NatureCNN
     from ac_extensions.recipes import reactor
