@@ -103,12 +103,13 @@ def main() -> None:
         "\n\n"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_markdown(args.out,
+    write_markdown(
+        args.out,
         header
         + table
         + f"\n\nPer seed ({', '.join(map(str, args.seeds))}):\n\n"
         + per_seed_lines
-        + "\n"
+        + "\n",
     )
     args.out.with_suffix(".json").write_text(
         json.dumps({"seeds": args.seeds, "runs": runs, "summary": summary}, indent=1)

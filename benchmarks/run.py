@@ -120,14 +120,15 @@ def learning(seeds: list[int], frames: dict[str, int], tag: str) -> tuple[Path, 
     table = "\n".join(rows)
     png = plot(runs, RESULTS / f"learning{tag}.png", f"CartPole-v1, seeds {seeds}")
     markdown = RESULTS / f"learning{tag}.md"
-    write_markdown(markdown,
+    write_markdown(
+        markdown,
         "# Learning benchmark: every algorithm on CartPole-v1\n\n"
         f"Command: `python benchmarks/run.py{' --quick' if tag else ''}` (default configs, "
         f"seeds {seeds}, each run a fresh `ac-train` process one after the other; frames to "
         "475: first frame at which the mean of the last 20 finished episode returns reached "
         "475; final mean return: mean of the last 20 training episodes; wall seconds include "
         "model and collector start-up).\n\n" + table + f"\n\nCurves: `{png.name}`; runs: "
-        f"`{folder.relative_to(ROOT)}/`.\n"
+        f"`{folder.relative_to(ROOT)}/`.\n",
     )
     print("\n" + table + f"\n\nwrote {markdown}\nplot: {png}", flush=True)
     return markdown, png
@@ -201,14 +202,15 @@ def throughput(frames: int, repeats: int = 3) -> Path:
         f"{training / raw:.2f} |"
     )
     out = RESULTS / "throughput.md"
-    write_markdown(out,
+    write_markdown(
+        out,
         "# Throughput on CartPole-v1, measured in one run\n\n"
         f"Command: `python benchmarks/run.py --only throughput` ({frames:,} frames each, "
         f"the first batch excluded as start-up; medians of {repeats} interleaved repeats; "
         f"load average {os.getloadavg()[0]:.1f} at the end).\n\n" + table + "\n\nPer repeat "
         "(fps): "
         + "; ".join(f"{k} {', '.join(f'{v:,.0f}' for v in vs)}" for k, vs in samples.items())
-        + "\n"
+        + "\n",
     )
     print("\n" + table + f"\n\nwrote {out}", flush=True)
     return out
