@@ -270,7 +270,7 @@ def test_spawned_workers_register_the_ids():
 @pytest.mark.timeout(180)
 def test_ac_train_on_minatar_uses_the_family_defaults(tmp_path):
     out = tmp_path / "run"
-    argv = ["ppo", "--env", ENV, "--frames", "512", "--workers", "1", "--epochs", "1"]
+    argv = ["ppo", "--env", ENV, "--frames", "512", "--envs-per-worker", "4", "--epochs", "1"]
     result = subprocess.run(
         [sys.executable, "-m", "ac_extensions", *argv, "--out", str(out), "--quiet"],
         cwd=ROOT,
@@ -285,7 +285,8 @@ def test_ac_train_on_minatar_uses_the_family_defaults(tmp_path):
     saved = json.loads((out / "run.json").read_text())["config"]
     assert saved["lr"] == 2.5e-4 and saved["gamma"] == 0.99  # MinAtar's defaults
     assert saved["rollout_length"] == 128 and saved["clip_epsilon"] == 0.1
-    assert saved["frames"] == 512 and saved["epochs"] == 1 and saved["workers"] == 1  # flags
+    assert saved["workers"] == 1 and saved["torch_threads"] == 1  # MinAtar's layout
+    assert saved["frames"] == 512 and saved["epochs"] == 1 and saved["envs_per_worker"] == 4
 
 
 # -- a short learning run --------------------------------------------------------------------
