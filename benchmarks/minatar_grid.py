@@ -14,7 +14,7 @@ each in its own process: ``ac-train <algo> --env MinAtar/<Game>-v1 --frames N --
 --return-window 100 --out <rundir>`` (every other field: the recipe's MinAtar defaults,
 ``Config.for_env``; the network is :class:`~ac_extensions.modules.MinAtarCNN`).
 
-Peers (``sb3_ppo``, ``sb3_dqn``, ``sb3_qrdqn``) run in a child process of this script
+Peers (``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``) run in a child process of this script
 (``--child``) and use the same torso: a SB3 ``BaseFeaturesExtractor`` holding a
 :class:`~ac_extensions.modules.MinAtarCNN` (one 3×3 conv with 16 channels, ReLU, a 128-unit
 layer, ReLU; kenjyoung/MinAtar ``examples/dqn.py``, ``QNetwork``), with ``net_arch=[]`` so the
@@ -43,6 +43,10 @@ maps carry the motion trails). Each peer uses one torch thread (two runs share 2
   entropy 0.01, value coefficient 0.5, γ 0.99, GAE λ 0.95 (SB3 defaults, as the zoo), grad
   norm 0.5, one torso shared by policy and value (as the zoo's ``CnnPolicy``); the zoo's Nature
   CNN is replaced by the MinAtar torso above.
+- ``sb3_a2c``: rl-baselines3-zoo's Atari A2C (``hyperparams/a2c.yml``, ``atari``): 16 envs,
+  n_steps 5 (SB3's default), entropy 0.01, value coefficient 0.25, RMSprop in TensorFlow's
+  form (``RMSpropTFLike``, ε 1e-5) at SB3's lr 7e-4, γ 0.99, no GAE (λ 1), grad norm 0.5, one
+  shared torso (the MinAtar one above): the peer of our ``a2c``.
 
 Layout: each run lives in ``<results>/minatar/runs/<Game>/<algo>/seed<N>/`` with a
 ``summary.json`` (``frames``, ``wall_seconds``, ``fps``, ``final_mean_return`` = mean of the
@@ -108,7 +112,7 @@ from _results import write_markdown  # noqa: E402
 RESULTS = HERE / "results"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 OURS = ("a2c", "ppo", "acer", "reactor")
-PEERS = ("sb3_ppo", "sb3_dqn", "sb3_qrdqn")
+PEERS = ("sb3_ppo", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
 ALGOS = OURS + PEERS
 WINDOW = 100
 """Finished episodes in the moving mean (the MinAtar paper's metric)."""
@@ -400,6 +404,20 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
             max_grad_norm=0.5,
             policy_kwargs=policy | {"share_features_extractor": True},
         )
+    if algo == "sb3_a2c":
+        from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+        return dict(
+            n_steps=5,
+            learning_rate=7e-4,
+            ent_coef=0.01,
+            vf_coef=0.25,
+            gamma=0.99,
+            gae_lambda=1.0,
+            max_grad_norm=0.5,
+            policy_kwargs=policy
+            | {"optimizer_class": RMSpropTFLike, "optimizer_kwargs": {"eps": 1e-5}},
+        )
     dqn = dict(
         buffer_size=100_000,
         batch_size=32,
@@ -501,7 +519,7 @@ class PeerLog:
 def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict:
     """Train one peer to ``frames`` and write its run directory; return its summary."""
     import torch
-    from stable_baselines3 import DQN, PPO
+    from stable_baselines3 import A2C, DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -510,7 +528,7 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict:
     torch.set_num_threads(1)
     env_id = f"MinAtar/{game}-v1"
     settings = peer_settings(algo, frames)
-    n_envs = 8 if algo == "sb3_ppo" else 1
+    n_envs = {"sb3_ppo": 8, "sb3_a2c": 16}.get(algo, 1)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": n_envs}
     log = PeerLog(out, algo, env_id, seed, frames, config | _jsonable(settings))
     log.write_summary(complete=False)
@@ -527,7 +545,7 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict:
     if algo == "sb3_qrdqn":
         from sb3_contrib import QRDQN as cls
     else:
-        cls = {"sb3_ppo": PPO, "sb3_dqn": DQN}[algo]
+        cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
     model.learn(total_timesteps=frames, callback=Logger())
     log.step(model.num_timesteps, force=True)
@@ -710,12 +728,13 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
         f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}` (`make bench-minatar`; "
         f"settings and their sources: the docstring of `benchmarks/minatar_grid.py`). Envs "
         f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
-        f"{args.frames:,} frames, ours through `ac-train`, peers (sb3_ppo, sb3_dqn, sb3_qrdqn) "
+        f"{args.frames:,} frames, ours through `ac-train`, peers ({', '.join(PEERS)}) "
         f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
         "",
         "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
         "RMSProp lr 2.5e-4 included); sb3_qrdqn with the same settings, 200 quantiles and Adam "
-        "(lr 2.5e-4, ε 0.01/32); sb3_ppo with rl-baselines3-zoo's Atari PPO settings.",
+        "(lr 2.5e-4, ε 0.01/32); sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and "
+        "A2C settings.",
         "",
         f"**Runs present: {summary['present']} of {summary['planned']} planned "
         f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),

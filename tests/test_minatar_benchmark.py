@@ -196,3 +196,17 @@ def test_tiny_real_grid(bench, tmp_path):
         assert (run / "logs" / algo / "scalars" / "train" / "return_window.csv").is_file()
     data = json.loads((tmp_path / "minatar.json").read_text())
     assert (data["planned"], data["present"], data["complete"]) == (2, 2, 2)
+
+
+def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    settings = bench.peer_settings("sb3_a2c", 1_600)
+    assert (settings["n_steps"], settings["vf_coef"], settings["ent_coef"]) == (5, 0.25, 0.01)
+    assert settings["learning_rate"] == 7e-4 and settings["gae_lambda"] == 1.0
+    assert settings["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-5}
+    assert "sb3_a2c" in bench.PEERS
+    out = bench.Run("Breakout", "sb3_a2c", 1).directory(tmp_path)
+    summary = bench.train_peer("sb3_a2c", "Breakout", 1, 1_600, out)
+    assert summary["complete"] and summary["frames"] >= 1_600  # 16 envs × 5 steps per update
+    assert (out / "logs" / "sb3_a2c" / "scalars" / "train" / "return_window.csv").is_file()
