@@ -139,8 +139,19 @@ def _progress_rows(out: Path) -> int:
 
 
 def _workers(processes: dict[Process, str]) -> dict[Process, str]:
-    """The collector workers among a learner's descendants (not multiprocessing's helpers)."""
-    return {p: line for p, line in processes.items() if "resource_tracker" not in line}
+    """The collector workers among a learner's descendants.
+
+    Not multiprocessing's resource tracker, and not the short-lived ``python -c`` probes that
+    importing ``glfw`` (through ``mujoco``, which ``torchrl.envs`` imports when it is
+    installed) starts to read a library's version: forked workers run the learner's command
+    line, spawned ones ``multiprocessing.spawn``.
+    """
+    return {
+        p: line
+        for p, line in processes.items()
+        if "resource_tracker" not in line
+        and (" -c " not in f" {line} " or "multiprocessing.spawn" in line)
+    }
 
 
 def _describe(processes, names: dict[Process, str]) -> str:
