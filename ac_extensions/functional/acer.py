@@ -86,8 +86,8 @@ def categorical_q_retrace(
         >>> q_ret, value = categorical_q_retrace(zeros, torch.ones(1, 2, 2), zeros,
         ...     torch.ones(1, 2, 2), torch.zeros(1, 2, 1, dtype=torch.long),
         ...     zeros.log_softmax(-1), torch.ones(1, 2, 1), no, no, gamma=0.5)
-        >>> q_ret.squeeze(-1)
-        tensor([[1.5000, 1.5000]])
+        >>> q_ret.squeeze(-1)  # G_1 = 1 + ½·1 = 1.5; G_0 = 1 + ½(1 + 1·(1.5 − 1)) = 1.75
+        tensor([[1.7500, 1.5000]])
     """
     check_same_shape(
         logits=logits,
