@@ -556,16 +556,18 @@ def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tenso
 
     ``mismatched(logits, q, batch)`` raises for outputs with different action counts.
     """
-    fresh = fresh_next_steps(
-        plan.done,
-        [(plan.actor_input, plan.next_actor_input), (plan.qvalue_input, plan.next_qvalue_input)],
-    )  # which x_{t+1} need their own pass                                 [*B, T]
+    actor_pair = (plan.actor_input, plan.next_actor_input)
+    qvalue_pair = (plan.qvalue_input, plan.next_qvalue_input)
+    shared = all(a is b for a, b in zip(actor_pair, qvalue_pair, strict=True))  # one input key
+    pairs = [actor_pair] if shared else [actor_pair, qvalue_pair]
+    fresh = fresh_next_steps(plan.done, pairs)  # which x_{t+1} need their own pass  [*B, T]
 
     def joint(now: Tensor, later: Tensor) -> Tensor:  # [B·T + n, *O]
         return torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
 
-    joint_logits = plan.actor(joint(plan.actor_input, plan.next_actor_input))
-    joint_q = plan.qvalue(joint(plan.qvalue_input, plan.next_qvalue_input))
+    actor_joint = joint(*actor_pair)
+    joint_logits = plan.actor(actor_joint)
+    joint_q = plan.qvalue(actor_joint if shared else joint(*qvalue_pair))
     if joint_logits.shape != joint_q.shape:
         mismatched(joint_logits, joint_q, batch)
     (logits, fresh_logits), (q, fresh_q) = (

@@ -52,6 +52,17 @@ from ac_extensions.runtime.on_policy import (
     reshape_rewards,
 )
 
+_PAPER_ATARI: dict[str, Any] = {
+    "lr": 2.5e-4,
+    "rollout_length": 128,
+    "epochs": 3,
+    "minibatch_size": 256,
+    "clip_epsilon": 0.1,
+    "lmbda": 0.95,
+    "entropy_coeff": 0.01,
+}
+"""The PPO paper's Atari settings both pixel families share (see ``PPOConfig.FAMILY_DEFAULTS``)."""
+
 
 @dataclass(frozen=True)
 class PPOConfig(OnPolicyConfig):
@@ -69,28 +80,8 @@ class PPOConfig(OnPolicyConfig):
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "minatar": {
-            "lr": 2.5e-4,
-            "workers": 1,
-            "envs_per_worker": 8,
-            "torch_threads": 1,
-            "rollout_length": 128,
-            "epochs": 3,
-            "minibatch_size": 256,
-            "clip_epsilon": 0.1,
-            "lmbda": 0.95,
-            "entropy_coeff": 0.01,
-        },
-        "atari": {
-            "lr": 2.5e-4,
-            "envs_per_worker": 4,
-            "rollout_length": 128,
-            "epochs": 3,
-            "minibatch_size": 256,
-            "clip_epsilon": 0.1,
-            "lmbda": 0.95,
-            "entropy_coeff": 0.01,
-        },
+        "minatar": _PAPER_ATARI | {"workers": 1, "envs_per_worker": 8, "torch_threads": 1},
+        "atari": _PAPER_ATARI | {"envs_per_worker": 4},
     }
     """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): the PPO paper's Atari settings
