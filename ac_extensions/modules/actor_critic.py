@@ -91,6 +91,23 @@ def _image_net(torso: str, observation_shape, out_features: int, head_gain: floa
     return nn.Sequential(body, _orthogonal_init(nn.Linear(body.features, out_features), head_gain))
 
 
+def _shared_torso(torso: str, observation_dim, hidden_sizes: Sequence[int]):
+    """The torso both heads read with ``share_torso=True``, and its output width."""
+    if torso != "mlp":
+        body = _image_torso(torso, observation_dim)
+        return body, body.features
+    if not hidden_sizes:
+        raise ValueError("share_torso=True with the MLP torso needs at least one hidden layer")
+    body = MLP(
+        in_features=observation_dim,
+        out_features=hidden_sizes[-1],
+        num_cells=list(hidden_sizes[:-1]),
+        activation_class=nn.Tanh,
+        activate_last_layer=True,
+    )
+    return _orthogonal_init(body, 2**0.5), hidden_sizes[-1]
+
+
 def _recurrent_branch(
     name: str,
     observation_key: str,
@@ -147,6 +164,7 @@ def make_actor_critic(
     recurrent: Literal["lstm", "gru"] | None = None,
     recurrent_size: int = 64,
     observation_key: str = "observation",
+    share_torso: bool = False,
 ) -> tuple[ProbabilisticActor, TensorDictModule]:
     """Build a categorical actor and a state-value critic, each with its own torso.
 
@@ -155,11 +173,14 @@ def make_actor_critic(
     channels and 128 units, Young & Tian, 2019, arXiv:1903.03176; observations
     ``[*B, C, 10, 10]``); ``"cnn"`` (:class:`~ac_extensions.modules.NatureCNN`, Mnih et al.,
     2015; ``[*B, C, 84, 84]``). A convolutional torso is followed by a linear head (orthogonal
-    init, gain 0.01 for the logits, 1 for the value). Actor and critic get **separate** torsos,
-    as the MLPs here (and SB3's default for MLP policies); the MinAtar paper's AC(λ) shares one
-    torso between its two heads. Separate networks keep the losses' fast paths (which need the
-    actor's and critic's parameters disjoint) and keep the critic's gradients off the policy's
-    features; not yet compared with a shared torso on MinAtar.
+    init, gain 0.01 for the logits, 1 for the value). By default actor and critic get
+    **separate** torsos (SB3's default for MLP policies), which keeps the critic's gradients off
+    the policy's features. ``share_torso=True`` builds **one** torso feeding both heads, as the
+    MinAtar paper's AC(λ) and SB3's ``CnnPolicy`` do: each network is then
+    ``nn.Sequential(torso, head)`` with the same ``torso`` object, its parameters trained by the
+    sum of the policy and value losses, and :class:`~ac_extensions.objectives.SequencePPOLoss`'s
+    fast path runs the torso once per minibatch for both heads. With the MLP torso the shared
+    part is every hidden layer (``hidden_sizes``) and each head one linear layer.
 
     Args:
         observation_dim: size of the (flat) observation (``"mlp"``), or its shape
@@ -172,6 +193,7 @@ def make_actor_critic(
             output is the memory's input), ``None`` for feed-forward networks.
         recurrent_size: hidden size of the memory.
         observation_key: the observation entry to read.
+        share_torso: one torso for both heads (feed-forward networks only).
 
     Returns:
         ``(actor, critic)``: the actor writes ``logits`` (``[*B, A]``), ``action`` (an index,
@@ -187,7 +209,18 @@ def make_actor_critic(
     """
     if torso not in ("mlp", "minatar", "cnn"):
         raise ValueError(f"torso must be 'mlp', 'minatar' or 'cnn', got {torso!r}")
-    if recurrent is None and torso == "mlp":
+    if share_torso and recurrent is not None:
+        raise ValueError(
+            f"share_torso=True needs feed-forward networks, got recurrent={recurrent!r} "
+            "(the recurrent actor and critic keep separate memories)"
+        )
+    if share_torso:
+        body, width = _shared_torso(torso, observation_dim, hidden_sizes)
+        actor_net = nn.Sequential(body, _orthogonal_init(nn.Linear(width, num_actions), 0.01))
+        critic_net = nn.Sequential(body, _orthogonal_init(nn.Linear(width, 1), 1.0))
+        actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
+        critic = ValueOperator(critic_net, in_keys=[observation_key])
+    elif recurrent is None and torso == "mlp":
         actor_net = _mlp(observation_dim, num_actions, hidden_sizes, head_gain=0.01)
         critic_net = _mlp(observation_dim, 1, hidden_sizes, head_gain=1.0)
         actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])

@@ -104,8 +104,11 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
       observation entry to the logits, then ``torch.distributions.Categorical`` over them (as
       :func:`~ac_extensions.modules.make_actor_critic` builds it); the critic one
       ``TensorDictModule`` / ``ValueOperator`` from one entry to ``state_value``; no hooks on
-      these wrappers, no parameter shared between actor and critic, and (with
-      ``functional=True``) the loss's parameters still the networks' own;
+      these wrappers; no parameter shared between actor and critic, except one shared torso:
+      both networks ``nn.Sequential(torso, *head)`` with the same ``torso`` object, reading
+      the same entry, heads sharing nothing (``make_actor_critic(..., share_torso=True)``),
+      in which case the torso runs once for both heads (no hand gradients: autograd); and
+      (with ``functional=True``) the loss's parameters still the networks' own;
     * ``loss_critic_type="l2"``, ``reduction="mean"``, a float ``clip_epsilon`` in [0, 1],
       the entropy bonus on with a scalar coefficient, a critic term, and none of
       ``delay_actor``, ``max_importance_ratio``, ``advantage_norm``,
@@ -348,8 +351,13 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
     def _fast_forward(self, inputs: _FastInputs) -> TensorDictBase | None:
         """Outputs on the fast path; ``None`` if the networks' outputs have unexpected shapes."""
         plan, batch = inputs.plan, inputs.batch
-        logits = plan.actor_net(inputs.actor_input)  # [*B, A]
-        value = plan.critic_net(inputs.critic_input)  # [*B, 1]
+        if plan.torso is not None:  # one torso for both heads: run it once
+            features = plan.torso(inputs.actor_input)  # [*B, F]
+            logits = plan.actor_net(features)  # [*B, A]
+            value = plan.critic_net(features)  # [*B, 1]
+        else:
+            logits = plan.actor_net(inputs.actor_input)  # [*B, A]
+            value = plan.critic_net(inputs.critic_input)  # [*B, 1]
         if not _network_outputs_ok(logits, value, batch, inputs.dtype):
             return None
         n = batch.numel()
@@ -418,10 +426,11 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
 class _FastPlan:
     """The networks the fast path calls directly, and their hand backward passes if any."""
 
-    actor_net: nn.Module  # observation [*B, O] → logits [*B, A]
+    actor_net: nn.Module  # observation [*B, O] (or the torso's features) → logits [*B, A]
     actor_key: NestedKey
-    critic_net: nn.Module  # observation [*B, O] → value [*B, 1]
+    critic_net: nn.Module  # observation [*B, O] (or the torso's features) → value [*B, 1]
     critic_key: NestedKey
+    torso: nn.Module | None  # shared first layer of both networks: observation → features
     value_key: NestedKey
     hooks: tuple[dict, ...]  # the hook dicts of the bypassed TensorDict wrappers (kept empty)
     backprop: tuple[MLPBackprop, MLPBackprop] | None
@@ -523,15 +532,21 @@ def _plan(loss: SequencePPOLoss) -> _FastPlan | str:
     actor_net, critic_net = actor.module[0].module, critic.module
     actor_params = list(actor.parameters())
     critic_params = list(critic.parameters())
+    torso = None
     if {id(p) for p in actor_params} & {id(p) for p in critic_params}:
-        return "the actor and the critic share parameters"
-    params = (*actor_params, *critic_params)
+        torso = _shared_torso(actor_net, critic_net)
+        if torso is None:
+            return "the actor and the critic share parameters outside one common torso"
+        if actor.module[0].in_keys[0] != critic.in_keys[0]:
+            return "the actor and the critic share a torso but read different entries"
+        actor_net, critic_net = actor_net[1:], critic_net[1:]
+    params = tuple({id(p): p for p in (*actor_params, *critic_params)}.values())
     addon_params = {id(p) for p in loss.addons.parameters()}
     if {id(p) for p in params} != {id(p) for p in loss.parameters()} - addon_params:
         # functional=True: a deep copy holds new parameters its networks' modules do not use
         return "the loss's parameters are not its networks' own"
     backprop = None
-    if MLPBackprop.supports(actor_net) and MLPBackprop.supports(critic_net):
+    if torso is None and MLPBackprop.supports(actor_net) and MLPBackprop.supports(critic_net):
         backprop = (MLPBackprop(actor_net), MLPBackprop(critic_net))
         covered = [p for b in backprop for p in b.parameters()]
         if len(covered) != len(params) or {id(p) for p in covered} != {id(p) for p in params}:
@@ -541,6 +556,7 @@ def _plan(loss: SequencePPOLoss) -> _FastPlan | str:
         actor_key=actor.module[0].in_keys[0],
         critic_net=critic_net,
         critic_key=critic.in_keys[0],
+        torso=torso,
         value_key=critic.out_keys[0],
         hooks=tuple(
             hooks
@@ -550,6 +566,23 @@ def _plan(loss: SequencePPOLoss) -> _FastPlan | str:
         backprop=backprop,
         params=params,
     )
+
+
+def _shared_torso(actor_net: nn.Module, critic_net: nn.Module) -> nn.Module | None:
+    """The torso of ``nn.Sequential(torso, *actor_head)`` / ``(torso, *critic_head)``, or None.
+
+    None unless both networks are ``nn.Sequential`` s whose first module is the same object and
+    whose remaining layers (the heads) share no parameter with each other or with the torso.
+    """
+    if not (isinstance(actor_net, nn.Sequential) and isinstance(critic_net, nn.Sequential)):
+        return None
+    if len(actor_net) < 2 or len(critic_net) < 2 or actor_net[0] is not critic_net[0]:
+        return None
+    groups = [actor_net[0].parameters(), actor_net[1:].parameters(), critic_net[1:].parameters()]
+    ids = [[id(p) for p in group] for group in groups]
+    if sum(map(len, ids)) != len({i for group in ids for i in group}):
+        return None
+    return actor_net[0]
 
 
 def _all_trained(plan: _FastPlan) -> bool:

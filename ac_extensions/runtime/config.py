@@ -217,6 +217,9 @@ class OnPolicyConfig(RunConfig):
     """Shared recurrent memory for actor and critic (``None``: feed-forward)."""
     recurrent_size: int = 64
     """Hidden size of the recurrent memory."""
+    share_torso: bool = False
+    """One torso for actor and critic (feed-forward only; ``make_actor_critic``'s
+    ``share_torso``): both heads read its features and the sum of the losses trains it."""
     sequence_length: int | None = None
     """Training sequence length L for recurrent policies (None: the whole rollout, T); T must
     be a multiple of L."""
@@ -241,6 +244,10 @@ class OnPolicyConfig(RunConfig):
         super().__post_init__()
         if not 0 <= self.lmbda <= 1:
             raise ValueError(f"lmbda must lie in [0, 1], got {self.lmbda}")
+        if self.share_torso and self.recurrent is not None:
+            raise ValueError(
+                f"share_torso=True needs feed-forward networks, got recurrent={self.recurrent!r}"
+            )
         length = self.sequence_length or self.rollout_length
         if self.rollout_length % length or not 0 <= self.burn_in <= self.rollout_length - length:
             raise ValueError(

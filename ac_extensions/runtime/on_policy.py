@@ -70,6 +70,7 @@ def make_networks(config: OnPolicyConfig):
         hidden_sizes=config.hidden_sizes,
         recurrent=config.recurrent,
         recurrent_size=config.recurrent_size,
+        share_torso=config.share_torso,
     )
     return actor.to(config.device), critic.to(config.device)
 

@@ -382,3 +382,128 @@ def test_a_layer_replaced_after_the_first_call_is_used(networks, spy):
     assert spy["hand"] == 4
     assert_same_outputs(got, expected)
     assert_same_grads([p.grad for p in loss.parameters()], expected_grads)
+
+
+def _image_batch(networks, shape, channels=4, seed=0):
+    """An on-policy batch of binary MinAtar-like maps ``[*shape, C, 10, 10]``."""
+    gen = torch.Generator().manual_seed(seed)
+    obs = (torch.rand(*shape, channels, 10, 10, generator=gen) < 0.2).float()
+    td = TensorDict({"observation": obs}, batch_size=shape)
+    with torch.no_grad():
+        dist = networks[0].get_dist(td.clone())
+        action = dist.sample()
+        log_prob = dist.log_prob(action) + 0.3 * torch.randn(shape, generator=gen)
+        value = networks[1](td.clone())["state_value"]
+    td.update(
+        {
+            "action": action,
+            "action_log_prob": log_prob,
+            "advantage": torch.randn(*shape, 1, generator=gen),
+            "value_target": torch.randn(*shape, 1, generator=gen),
+            "state_value": value + 0.5 * torch.randn(*shape, 1, generator=gen),
+        }
+    )
+    return td
+
+
+def _shared(torso):
+    torch.manual_seed(0)
+    if torso == "mlp":
+        networks = make_actor_critic(OBS, ACT, hidden_sizes=(16, 16), share_torso=True)
+        return networks, make_batch(networks, (4, 16))
+    networks = make_actor_critic((4, 10, 10), ACT, torso="minatar", share_torso=True)
+    return networks, _image_batch(networks, (4, 16))
+
+
+class TestSharedTorso:
+    """``make_actor_critic(share_torso=True)``: the torso runs once, the results are TorchRL's."""
+
+    @pytest.mark.parametrize("settings", list(SETTINGS.values()), ids=list(SETTINGS))
+    @pytest.mark.parametrize("torso", ["mlp", "minatar"])
+    def test_equals_the_torchrl_path_with_one_torso_call(self, torso, settings, spy):
+        networks, td = _shared(torso)
+        body = networks[0].module[0].module[0]
+        assert body is networks[1].module[0]
+        calls = []
+        body.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+        fast, slow = make_loss(networks, **settings), make_loss(networks, False, **settings)
+        assert fast.fast_path_blocker(td) is None
+        assert not fast.hand_gradients  # autograd through the shared torso
+        expected, expected_grads = loss_grads(slow, td)
+        assert len(calls) == 2  # TorchRL's path: once for the actor, once for the critic
+        got, got_grads = loss_grads(fast, td)
+        assert spy["fast"] == 1 and len(calls) == 3  # the fast path: once for both heads
+        assert_same_outputs(got, expected)
+        assert_same_grads(got_grads, expected_grads)
+        # The loss trains each shared parameter once (no duplicate in loss.parameters()).
+        params = list(fast.parameters())
+        assert len({id(p) for p in params}) == len(params)
+        assert {id(p) for p in body.parameters()} <= {id(p) for p in params}
+
+    def test_the_torso_gradient_is_the_sum_of_both_heads(self, spy):
+        # d(L_policy + L_value)/d torso = d L_policy/d torso + d L_value/d torso: checked by
+        # switching each term off in turn (critic_coeff 0 is blocked, so scale it instead).
+        networks, td = _shared("minatar")
+        body = list(networks[1].module[0].parameters())
+
+        def torso_grad(**kw):
+            loss = make_loss(networks, entropy_coeff=0.0, **kw)
+            out = loss(td.clone())
+            total = sum(v for k, v in out.items() if k.startswith("loss_"))
+            return torch.autograd.grad(total, body)
+
+        both = torso_grad(critic_coeff=1.0)
+        small = torso_grad(critic_coeff=1e-30)  # policy term only (the value term vanishes)
+        out = make_loss(networks, entropy_coeff=0.0, critic_coeff=1.0)(td.clone())
+        value_only = torch.autograd.grad(out["loss_critic"], body)
+        for total, policy, value in zip(both, small, value_only, strict=True):
+            torch.testing.assert_close(total, policy + value)
+            assert value.abs().sum() > 0 and policy.abs().sum() > 0
+
+    def test_forward_backward_writes_the_same_gradients(self, spy):
+        networks, td = _shared("minatar")
+        loss, slow = make_loss(networks, clip_value=0.3), make_loss(networks, False, clip_value=0.3)
+        expected, expected_grads = loss_grads(slow, td)
+        flat = FlatParameters(loss.parameters())
+        flat.grad.fill_(7.0)
+        got = loss.forward_backward(td)
+        flat.check()
+        assert spy["fast"] == 1 and spy["hand"] == 0
+        assert_same_outputs(got, expected)
+        assert_same_grads([p.grad for p in loss.parameters()], expected_grads)
+
+    def test_other_sharing_falls_back(self, spy):
+        # Heads that share a layer, or one torso read from two different entries: TorchRL's path.
+        networks, td = _shared("mlp")
+        actor, critic = networks
+        torso, middle = actor.module[0].module[0], nn.Linear(16, 16)
+        actor.module[0].module = nn.Sequential(torso, middle, nn.Tanh(), nn.Linear(16, ACT))
+        critic.module = nn.Sequential(torso, middle, nn.Tanh(), nn.Linear(16, 1))
+        loss = make_loss(networks)
+        assert "outside one common torso" in loss.fast_path_blocker(td)
+        expected, expected_grads = loss_grads(make_loss(networks, False), td)
+        got, got_grads = loss_grads(loss, td)
+        assert_same_outputs(got, expected)
+        assert_same_grads(got_grads, expected_grads)
+
+        networks, td = _shared("mlp")
+        networks[1].in_keys = ["other"]
+        td["other"] = td["observation"] + 1
+        loss = make_loss(networks)
+        assert "different entries" in loss.fast_path_blocker(td)
+        expected, expected_grads = loss_grads(make_loss(networks, False), td)
+        got, got_grads = loss_grads(loss, td)
+        assert spy["fast"] == 0
+        assert_same_outputs(got, expected)
+        assert_same_grads(got_grads, expected_grads)
+
+    def test_builder_refuses_a_recurrent_shared_torso(self):
+        with pytest.raises(ValueError, match="share_torso=True needs feed-forward"):
+            make_actor_critic(OBS, ACT, recurrent="lstm", share_torso=True)
+        with pytest.raises(ValueError, match="at least one hidden layer"):
+            make_actor_critic(OBS, ACT, hidden_sizes=(), share_torso=True)
+        separate = make_actor_critic((4, 10, 10), ACT, torso="minatar")
+        shared = make_actor_critic((4, 10, 10), ACT, torso="minatar", share_torso=True)
+        count = lambda nets: len({id(p) for n in nets for p in n.parameters()})  # noqa: E731
+        torso = 4  # conv and linear, weight and bias
+        assert count(separate) == count(shared) + torso

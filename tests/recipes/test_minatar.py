@@ -246,6 +246,34 @@ def test_each_algorithm_trains_on_minatar(name):
     assert any(m.get("train/episodes", 0) > 0 for m in metrics)  # episodes finished
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", ["a2c", "ppo"])
+def test_shared_torso_trains_checkpoints_and_resumes(name, tmp_path):
+    from ac_extensions.runtime import Checkpointer
+
+    module = {"a2c": a2c, "ppo": ppo}[name]
+    overrides = {"frames": 2_048, "epochs": 1} if name == "ppo" else {"frames": 2_000}
+    config = CONFIGS[name].for_env(ENV, workers=1, seed=1, share_torso=True, **overrides)
+    _, critic, loss, *_ = module.build(config)
+    torsos = [m for m in loss.modules() if isinstance(m, MinAtarCNN)]
+    assert len(torsos) == 1 and any(m is torsos[0] for m in critic.modules())
+    first = list(module.train(config, checkpoint=Checkpointer(tmp_path, every=0)))
+    assert all(math.isfinite(m["train/loss_critic"]) for m in first if "train/loss_critic" in m)
+    saved = Checkpointer(tmp_path).load()
+    # Resumed: the checkpoint's weights load into one shared torso, and training goes on.
+    longer = dataclasses.replace(config, frames=2 * config.frames)
+    more = list(module.train(longer, checkpoint=Checkpointer(tmp_path, every=0)))
+    assert more and more[0]["time/frames"] > first[-1]["time/frames"]
+    _, critic, loss, *_ = module.build(longer)
+    loss.load_state_dict(saved["loss"])
+    torso = next(m for m in critic.modules() if isinstance(m, MinAtarCNN))
+    assert sum(isinstance(m, MinAtarCNN) for m in loss.modules()) == 1
+    state = {k: v for k, v in saved["loss"].items() if "conv.weight" in k}
+    assert len(state) == 2  # saved under the actor's and the critic's names, one tensor
+    for value in state.values():
+        assert torch.equal(value, torso.conv.weight)
+
+
 def test_recipes_build_the_minatar_network():
     config = ppo.PPOConfig.for_env(ENV, workers=1)
     actor, critic, *_ = ppo.build(config)
