@@ -1,0 +1,239 @@
+"""One recipe setting at a time on MinAtar: named variants of a study, side by side (resumable).
+
+A study is one of our algorithms and a few named variants, each a list of ``ac-train`` flags
+on top of the recipe's MinAtar defaults; every variant runs on the same games, seeds and frame
+budget, through the CLI exactly as ``minatar_grid.py`` runs ours::
+
+    python benchmarks/minatar_variants.py --study ppo_torso --games Breakout Asterix --seeds 1
+    python benchmarks/minatar_variants.py --study reactor_acting --games Breakout --frames 100000
+    python benchmarks/minatar_variants.py --summary-only
+
+Studies (:data:`STUDIES`):
+
+- ``ppo_torso``: PPO with separate actor and critic torsos (the MinAtar default before) or one
+  shared torso (``--share-torso true``; the MinAtar paper's AC(λ) and SB3's ``CnnPolicy``
+  share one).
+- ``reactor_acting``: Reactor with 4 environment frames per learner step (the paper's "4–6
+  acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
+  frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
+  replayed steps per frame; MinAtar's DQN replays 32).
+
+Resumable as the grid: each run lives in
+``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
+and logs; a run complete at ``--frames`` or more is skipped, an unfinished one resumes from its
+checkpoint (``ac-train --resume``); ``--jobs`` runs at a time. The summary,
+``<results>/minatar_variants.md`` and ``.json``, has one table per study: per variant and game
+the mean return of the last 100 episodes at a quarter, half and all of the run's frames
+(median over seeds), and fps (whole run, median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _results import write_markdown  # noqa: E402
+from minatar_grid import (  # noqa: E402
+    GAMES,
+    WINDOW,
+    ac_train,
+    has_checkpoint,
+    prune_checkpoints,
+    read_run,
+    read_summary,
+    run_process,
+)
+
+RESULTS = HERE / "results"
+STUDIES: dict[str, dict] = {
+    "ppo_torso": {
+        "algo": "ppo",
+        "variants": {
+            "separate torsos": ["--share-torso", "false"],
+            "shared torso": ["--share-torso", "true"],
+        },
+    },
+    "reactor_acting": {
+        "algo": "reactor",
+        "variants": {
+            "4 frames per learner step": ["--acting-steps-per-learning-step", "4"],
+            "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
+        },
+    },
+}
+"""Study → our algorithm and its variants (name → ``ac-train`` flags)."""
+FRACTIONS = (0.25, 0.5, 1.0)
+"""Where along each run the table reads the 100-episode mean (fractions of its frames)."""
+
+
+def slug(name: str) -> str:
+    """A folder name for a variant."""
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
+def run_dir(results: Path, study: str, variant: str, game: str, seed: int) -> Path:
+    """Where one run lives."""
+    return results / "minatar_variants" / "runs" / study / slug(variant) / game / f"seed{seed}"
+
+
+def command(study: str, variant: str, game: str, seed: int, frames: int, out: Path) -> list:
+    """The ``ac-train`` command of a fresh run, or of its resumption when it has a checkpoint."""
+    algo = STUDIES[study]["algo"]
+    if has_checkpoint(out):
+        return [*ac_train(), algo, "--resume", str(out), "--frames", str(frames)]
+    return [
+        *ac_train(),
+        algo,
+        "--env",
+        f"MinAtar/{game}-v1",
+        "--frames",
+        str(frames),
+        "--seed",
+        str(seed),
+        "--return-window",
+        str(WINDOW),
+        "--out",
+        str(out),
+        *STUDIES[study]["variants"][variant],
+    ]
+
+
+def run_all(args: argparse.Namespace) -> int:
+    """Run every missing run of the study, ``args.jobs`` at a time; return the failures."""
+    todo = []
+    for variant in STUDIES[args.study]["variants"]:
+        for game in args.games:
+            for seed in args.seeds:
+                out = run_dir(args.results, args.study, variant, game, seed)
+                summary = read_summary(out)
+                if summary and summary.get("complete") and summary["frames_target"] >= args.frames:
+                    continue
+                todo.append((variant, game, seed, out))
+    print(f"{len(todo)} run(s) to go, {args.jobs} at a time", flush=True)
+    failures = 0
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {}
+        for variant, game, seed, out in todo:
+            fresh = not has_checkpoint(out)
+            if fresh and out.exists():
+                for path in sorted(out.rglob("*"), reverse=True):  # an unfinished, unresumable run
+                    path.unlink() if path.is_file() else path.rmdir()
+            out.mkdir(parents=True, exist_ok=True)
+            cmd = command(args.study, variant, game, seed, args.frames, out)
+            futures[pool.submit(run_process, cmd, out, args.timeout)] = (variant, game, seed, out)
+        for future in as_completed(futures):
+            variant, game, seed, out = futures[future]
+            result = future.result()
+            failures += result["status"] != "ok"
+            if result["status"] == "ok":
+                prune_checkpoints(out)
+            s = result["summary"] or {}
+            print(
+                f"{args.study} / {variant} / {game} seed {seed}: {result['status']} in "
+                f"{result['seconds']:.0f} s, return {s.get('final_mean_return')}",
+                flush=True,
+            )
+    return failures
+
+
+def value_at(run: dict, frames: float) -> float | None:
+    """The 100-episode mean at the last logged point at or before ``frames``."""
+    curve = run["curve"]
+    points = [v for f, v in zip(curve["frames"], curve["values"], strict=True) if f <= frames]
+    return points[-1] if points else None
+
+
+def summarize(results: Path) -> dict:
+    """Every study's runs found under ``results``: ``{study: {variant: {game: [run...]}}}``."""
+    found: dict = {}
+    for study, spec in STUDIES.items():
+        for variant in spec["variants"]:
+            for game in GAMES:
+                base = run_dir(results, study, variant, game, 0).parent
+                for directory in sorted(base.glob("seed*")):
+                    run = read_run(directory)
+                    if run is None or not run["complete"]:
+                        continue
+                    row = {
+                        "seed": run["seed"],
+                        "frames": run["frames"],
+                        "fps": run["fps"],
+                        "final_mean_return": run["final_mean_return"],
+                        "at": {str(f): value_at(run, f * run["frames"]) for f in FRACTIONS},
+                    }
+                    found.setdefault(study, {}).setdefault(variant, {}).setdefault(game, [])
+                    found[study][variant][game].append(row)
+    return found
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def markdown(found: dict) -> str:
+    """The tables of every study with runs."""
+    lines = [
+        "# MinAtar: one setting at a time",
+        "",
+        "Command: `python benchmarks/minatar_variants.py --study <study> --games ... --seeds ... "
+        "--frames ...` (see its docstring for the studies). Online training return, mean of "
+        "the last 100 episodes, read at a quarter, half and all of each run's frames (median "
+        "over seeds); fps of the whole run (median).",
+    ]
+    for study, variants in found.items():
+        spec = STUDIES[study]
+        lines += ["", f"## {study} ({spec['algo']})", ""]
+        head = " | ".join(f"at {f:.0%}" for f in FRACTIONS)
+        lines += [
+            f"| variant | flags | game | seeds | frames | {head} | fps |",
+            "|---|---|---|---|---|" + "---|" * len(FRACTIONS) + "---|",
+        ]
+        for variant, games in variants.items():
+            for game, runs in games.items():
+                at = [_median(r["at"][str(f)] for r in runs) for f in FRACTIONS]
+                cells = " | ".join("—" if v is None else f"{v:.2f}" for v in at)
+                frames = _median(r["frames"] for r in runs)
+                fps = _median(r["fps"] for r in runs)
+                lines.append(
+                    f"| {variant} | `{' '.join(spec['variants'][variant])}` | {game} | "
+                    f"{', '.join(str(r['seed']) for r in runs)} | {frames:,.0f} | {cells} | "
+                    f"{'—' if fps is None else format(fps, ',.0f')} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a study (unless ``--summary-only``), then rewrite the summary of all studies."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", choices=list(STUDIES))
+    parser.add_argument("--games", nargs="+", default=["Breakout"], choices=GAMES)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1])
+    parser.add_argument("--frames", type=int, default=1_000_000)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per run")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--summary-only", action="store_true")
+    args = parser.parse_args(argv)
+    args.results = args.results.resolve()
+    args.timeout = args.timeout or args.frames / 10 + 600
+    failures = 0
+    if not args.summary_only:
+        if args.study is None:
+            parser.error("--study is required unless --summary-only")
+        failures = run_all(args)
+    found = summarize(args.results)
+    write_markdown(args.results / "minatar_variants.md", markdown(found))
+    (args.results / "minatar_variants.json").write_text(json.dumps(found, indent=1) + "\n")
+    print(markdown(found))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

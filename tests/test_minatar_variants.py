@@ -1,0 +1,81 @@
+"""benchmarks/minatar_variants.py: commands, resumability and the summary (fabricated runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_minatar_benchmark import fake_run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_variants.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("minatar_variants", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+@pytest.mark.timeout(60)
+def test_commands_skip_and_resume(bench, tmp_path, monkeypatch):
+    def d(variant, seed):
+        return bench.run_dir(tmp_path, "ppo_torso", variant, "Breakout", seed)
+
+    # Complete at 3000 frames: skipped; unfinished with a checkpoint: resumed; absent: fresh.
+    fake_run(d("shared torso", 1), "ppo", 1, final=7.0, curve=[(3000, 7.0, 100, 3.0)])
+    fake_run(d("shared torso", 2), "ppo", 2, final=1.0, complete=False, curve=[(1000, 1, 100, 1.0)])
+    (d("shared torso", 2) / "checkpoints").mkdir()
+    (d("shared torso", 2) / "checkpoints" / "latest").write_text("ckpt-1\n")
+    calls = []
+
+    def run_process(cmd, directory, timeout):
+        calls.append(cmd[1:])
+        return {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 1.0}}
+
+    monkeypatch.setattr(bench, "run_process", run_process)
+    argv = ["--study", "ppo_torso", "--games", "Breakout", "--seeds", "1", "2", "--jobs", "1"]
+    assert bench.main([*argv, "--frames", "3000", "--results", str(tmp_path)]) == 0
+
+    def fresh(seed):
+        out = str(d("separate torsos", seed))
+        head = ("--env", "MinAtar/Breakout-v1", "--frames", "3000", "--seed", str(seed))
+        return ["ppo", *head, "--return-window", "100", "--out", out, "--share-torso", "false"]
+
+    expected = [
+        fresh(1),
+        fresh(2),
+        ["ppo", "--resume", str(d("shared torso", 2)), "--frames", "3000"],
+    ]
+    assert sorted(calls) == sorted(expected)
+    assert d("shared torso", 1).parent.parent.name == "shared_torso"  # the folder is a slug
+
+
+@pytest.mark.timeout(60)
+def test_summary_reads_each_run_at_its_fractions(bench, tmp_path):
+    def d(variant, seed):
+        return bench.run_dir(tmp_path, "reactor_acting", variant, "Breakout", seed)
+
+    name = "16 frames per learner step"
+    rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0), (3000, 3.0, 100, 3.0)]
+    fake_run(d(name, 1), "reactor", 1, final=3.0, curve=rows, fps=50.0)
+    fake_run(d(name, 2), "reactor", 2, final=5.0, curve=[(r[0], 2 * r[1], *r[2:]) for r in rows])
+    fake_run(d(name, 3), "reactor", 3, final=9.0, complete=False, curve=rows)  # left out
+    found = bench.summarize(tmp_path)
+    runs = found["reactor_acting"][name]["Breakout"]
+    assert [r["seed"] for r in runs] == [1, 2]
+    # At 25% of 3000 frames no point is logged yet; at 50% (1500) the 1000-frame point.
+    assert runs[0]["at"] == {"0.25": None, "0.5": 1.0, "1.0": 3.0}
+    assert runs[1]["at"] == {"0.25": None, "0.5": 2.0, "1.0": 6.0}
+    md = bench.markdown(found)
+    assert (
+        "| 16 frames per learner step | `--acting-steps-per-learning-step 16` | Breakout | 1, 2 "
+        "| 3,000 | — | 1.50 | 4.50 | 75 |" in md
+    )
+    assert "ppo_torso" not in md  # no runs, no table
