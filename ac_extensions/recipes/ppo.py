@@ -80,19 +80,25 @@ class PPOConfig(OnPolicyConfig):
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "minatar": _PAPER_ATARI | {"workers": 1, "envs_per_worker": 8, "torch_threads": 1},
+        "minatar": _PAPER_ATARI
+        | {"workers": 1, "envs_per_worker": 8, "torch_threads": 1, "share_torso": True},
         "atari": _PAPER_ATARI | {"envs_per_worker": 4},
     }
     """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): the PPO paper's Atari settings
     (Schulman et al., 2017, arXiv:1707.06347, Table 5: Adam 2.5e-4 and clip 0.1, both annealed
     linearly; 8 actors × 128 steps; 3 epochs of minibatches of 256; λ 0.95; entropy 0.01). The
-    value coefficient and gradient clip stay 0.5 (SB3's defaults; the paper's c₁ = 1 weighs a
-    network shared by actor and critic, ours are separate). The 8 actors: on MinAtar one worker
-    process of 8 environments and a one-thread learner, 1.42× the fps of 2 workers × 4 envs on
-    this 2-core machine (the same batch; ``benchmarks/minatar_ppo_layout.py``,
-    ``benchmarks/results/minatar_ppo_layout.md``); on Atari, where stepping and frame
-    processing cost more, 2 workers × 4 envs (not measured)."""
+    value coefficient and gradient clip stay 0.5 (SB3's defaults, which SB3's zoo uses with its
+    shared CNN). The 8 actors: on MinAtar one worker process of 8 environments and a one-thread
+    learner, 1.42× the fps of 2 workers × 4 envs on this 2-core machine (the same batch;
+    ``benchmarks/minatar_ppo_layout.py``, ``benchmarks/results/minatar_ppo_layout.md``); on
+    Atari, where stepping and frame processing cost more, 2 workers × 4 envs (not measured).
+    MinAtar: one torso shared by actor and critic (``share_torso``), the paper's Atari network
+    (that of Mnih et al., 2016, shared by both heads) and SB3's ``CnnPolicy``. At 1M frames of
+    seed 1 it ended above separate torsos on Breakout (5.16 vs 4.79) and below on Asterix
+    (0.91 vs 1.28), within what one seed tells apart; each update runs one CNN instead of two
+    (``benchmarks/minatar_variants.py --study ppo_torso``, ``minatar_variants.md``; fps in
+    ``minatar_ppo_layout.md``). Atari keeps separate torsos (not measured)."""
 
     epochs: int = 20
     """Passes over each batch."""

@@ -140,6 +140,8 @@ def test_family_defaults_name_real_fields_and_leave_cartpole_alone(name):
 def test_minatar_defaults_per_recipe():
     assert ppo.PPOConfig.for_env(ENV).lr == 2.5e-4
     assert ppo.PPOConfig.for_env(ENV).rollout_length == 128
+    assert ppo.PPOConfig.for_env(ENV).share_torso and not ppo.PPOConfig().share_torso
+    assert not a2c.A2CConfig.for_env(ENV).share_torso
     assert a2c.A2CConfig.for_env(ENV).entropy_coeff == 0.01
     assert acer.ACERConfig.for_env(ENV).reward_scale == 1.0
     assert acer.ACERConfig.for_env(ENV).replay_ratio == 4.0
