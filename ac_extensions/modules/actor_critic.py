@@ -206,6 +206,9 @@ def make_actor_critic(
         >>> td = TensorDict({"observation": torch.zeros(5, 7, 4, 10, 10)}, [5, 7])
         >>> actor(td)["logits"].shape, critic(td)["state_value"].shape
         (torch.Size([5, 7, 3]), torch.Size([5, 7, 1]))
+        >>> actor, critic = make_actor_critic((4, 10, 10), 3, torso="minatar", share_torso=True)
+        >>> actor.module[0].module[0] is critic.module[0]  # nn.Sequential(torso, head) each
+        True
     """
     if torso not in ("mlp", "minatar", "cnn"):
         raise ValueError(f"torso must be 'mlp', 'minatar' or 'cnn', got {torso!r}")
