@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,34 +48,72 @@ WARMUP = 2 * 1024
 """Frames left out of every fps: the first two batches."""
 
 
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds of this process tree, reaped children included (``/proc``).
+
+    Wall-clock fps on a shared machine moves with whatever else runs; the CPU time a run's
+    processes (the learner and, for ours, its collector worker) spend per frame moves much
+    less, so both are reported.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            # utime, stime, and cutime, cstime: the children it has reaped (a collector
+            # worker stopped before the end mark is counted there)
+            total += sum(int(f) for f in fields[11:15]) / tick
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue  # a process that ended meanwhile
+    return total
+
+
+def report(frames: float, start: tuple[float, float], end: tuple[float, float]) -> None:
+    """Print the fps between two ``(perf_counter, tree_cpu_seconds)`` marks ``frames`` apart."""
+    wall, cpu = end[0] - start[0], end[1] - start[1]
+    print("RESULT", json.dumps({"fps": frames / wall, "cpu_fps": frames / cpu}), flush=True)
+
+
 def child(overrides: dict, frames: int) -> None:
-    """Train one layout and print its fps after the first two batches."""
+    """Train one layout and report its fps after the first two batches."""
     from ac_extensions.recipes.ppo import PPOConfig, train
 
     config = PPOConfig.for_env("MinAtar/Breakout-v1", frames=frames, seed=1, **overrides)
-    start, first = None, 0.0
+    start, first, last = None, 0.0, 0.0
     for batches, metrics in enumerate(train(config), 1):
+        last = metrics["time/frames"]
         if batches == 2:
-            start, first = time.perf_counter(), metrics["time/frames"]
-    print("FPS", (frames - first) / (time.perf_counter() - start), flush=True)
+            start, first = (time.perf_counter(), tree_cpu_seconds()), last
+    report(last - first, start, (time.perf_counter(), tree_cpu_seconds()))
 
 
 def peer_child(frames: int) -> None:
-    """Train SB3 PPO (``minatar_grid.train_peer``) and print its fps after :data:`WARMUP`."""
+    """Train SB3 PPO (``minatar_grid.train_peer``) and report its fps after :data:`WARMUP`."""
     import tempfile
 
-    from minatar_grid import SECONDS, read_scalar, train_peer
+    import minatar_grid
 
+    marks: dict[str, tuple] = {}
+    step = minatar_grid.PeerLog.step
+
+    def marked_step(self, now: int, force: bool = False) -> None:
+        if "start" not in marks and now >= WARMUP:
+            marks["start"] = (now, time.perf_counter(), tree_cpu_seconds())
+        step(self, now, force)
+
+    minatar_grid.PeerLog.step = marked_step
     with tempfile.TemporaryDirectory() as out:
-        train_peer(PEER, "Breakout", 1, frames, Path(out))
-        seconds = read_scalar(Path(out), SECONDS)  # frames → seconds since the start
-    start = min(f for f in seconds if f >= WARMUP)
-    end = max(seconds)
-    print("FPS", (end - start) / (seconds[end] - seconds[start]), flush=True)
+        summary = minatar_grid.train_peer(PEER, "Breakout", 1, frames, Path(out))
+    end = (time.perf_counter(), tree_cpu_seconds())
+    first, *start = marks["start"]
+    report(summary["frames"] - first, tuple(start), end)
 
 
-def run_variant(name: str, frames: int) -> float:
-    """One run of variant ``name`` in a fresh process; its fps."""
+def run_variant(name: str, frames: int) -> dict[str, float]:
+    """One run of variant ``name`` in a fresh process: ``{"fps", "cpu_fps"}``."""
     what = ["--peer"] if name == PEER else ["--child", json.dumps(LAYOUTS[name])]
     out = subprocess.run(
         [sys.executable, __file__, *what, str(frames)],
@@ -83,7 +122,7 @@ def run_variant(name: str, frames: int) -> float:
         timeout=900,
         check=True,
     ).stdout
-    return float(out.split("FPS")[-1])
+    return json.loads(out.split("RESULT")[-1])
 
 
 def main() -> None:
@@ -93,23 +132,38 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=[*LAYOUTS, PEER], choices=[*LAYOUTS, PEER])
     args = parser.parse_args()
-    fps: dict[str, list[float]] = {name: [] for name in args.variants}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.variants}
     for _ in range(args.repeats):
         for name in args.variants:
-            fps[name].append(run_variant(name, args.frames))
-            print(f"{name}: {fps[name][-1]:,.0f} fps", flush=True)
-    medians = {name: statistics.median(values) for name, values in fps.items()}
+            runs[name].append(run_variant(name, args.frames))
+            got = runs[name][-1]
+            print(f"{name}: {got['fps']:,.0f} fps, {got['cpu_fps']:,.0f} per CPU-s", flush=True)
+    medians = {
+        name: {k: statistics.median(r[k] for r in values) for k in ("fps", "cpu_fps")}
+        for name, values in runs.items()
+    }
     base = next(iter(medians.values()))
     peer = medians.get(PEER)
+
+    def ratio(name: str, key: str, to: dict | None) -> str:
+        return "—" if to is None else f"{medians[name][key] / to[key]:.2f}×"
+
     rows = [
-        f"| variant | fps (median) | runs | vs {args.variants[0]} | vs SB3 PPO |",
-        "|---|---|---|---|---|",
+        f"| variant | fps (median) | runs | vs {args.variants[0]} | vs SB3 PPO "
+        "| frames per CPU-second (median) | runs | vs SB3 PPO |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, values in fps.items():
+
+    def listed(values: list[dict[str, float]], key: str) -> str:
+        return ", ".join(format(r[key], ",.0f") for r in values)
+
+    for name, values in runs.items():
         rows.append(
-            f"| {name} | {medians[name]:,.0f} | {', '.join(f'{v:,.0f}' for v in values)} | "
-            f"{medians[name] / base:.2f}× | "
-            f"{'—' if peer is None else format(medians[name] / peer, '.2f') + '×'} |"
+            f"| {name} | {medians[name]['fps']:,.0f} | "
+            f"{listed(values, 'fps')} | {ratio(name, 'fps', base)} | "
+            f"{ratio(name, 'fps', peer)} | {medians[name]['cpu_fps']:,.0f} | "
+            f"{listed(values, 'cpu_fps')} | "
+            f"{ratio(name, 'cpu_fps', peer)} |"
         )
     text = (
         "# PPO on MinAtar Breakout: collection and network layout, fps beside SB3 PPO\n\n"
@@ -120,13 +174,14 @@ def main() -> None:
             else " --variants " + " ".join(f'"{name}"' for name in args.variants)
         )
         + "` "
-        f"({args.frames:,} frames per run, fps after the first two batches, variants "
+        f"({args.frames:,} frames per run, fps and frames per CPU-second of the run's processes "
+        "after the first two batches, variants "
         "alternating run by run; every variant collects 8 envs × 128 steps per batch; "
         f"{PEER}: `minatar_grid.py`'s SB3 PPO peer).\n\n" + "\n".join(rows) + "\n"
     )
     RESULTS.mkdir(exist_ok=True)
     write_markdown(RESULTS / "minatar_ppo_layout.md", text)
-    (RESULTS / "minatar_ppo_layout.json").write_text(json.dumps(fps, indent=1) + "\n")
+    (RESULTS / "minatar_ppo_layout.json").write_text(json.dumps(runs, indent=1) + "\n")
     print(text)
 
 
