@@ -91,13 +91,17 @@ def _image_net(torso: str, observation_shape, out_features: int, head_gain: floa
     return nn.Sequential(body, _orthogonal_init(nn.Linear(body.features, out_features), head_gain))
 
 
-def _shared_torso(torso: str, observation_dim, hidden_sizes: Sequence[int]):
-    """The torso both heads read with ``share_torso=True``, and its output width."""
+def _encoder(torso: str, observation_dim, hidden_sizes: Sequence[int]) -> tuple[nn.Module, int]:
+    """Observation → features, and their width: the shared torso or a recurrent branch's embed.
+
+    ``"mlp"``: the tanh MLP of ``hidden_sizes`` with its last layer activated (orthogonal, √2);
+    otherwise the convolutional torso.
+    """
     if torso != "mlp":
         body = _image_torso(torso, observation_dim)
         return body, body.features
     if not hidden_sizes:
-        raise ValueError("share_torso=True with the MLP torso needs at least one hidden layer")
+        raise ValueError("the MLP torso needs at least one hidden layer, got hidden_sizes=()")
     body = MLP(
         in_features=observation_dim,
         out_features=hidden_sizes[-1],
@@ -121,21 +125,7 @@ def _recurrent_branch(
     torso: str = "mlp",
 ) -> TensorDictSequential:
     """Observation → MLP (or conv) encoder → LSTM/GRU (its own hidden-state keys) → head."""
-    if torso == "mlp":
-        embed: nn.Module = _orthogonal_init(
-            MLP(
-                in_features=observation_dim,
-                out_features=hidden_sizes[-1],
-                num_cells=list(hidden_sizes[:-1]),
-                activation_class=nn.Tanh,
-                activate_last_layer=True,
-            ),
-            2**0.5,
-        )
-        width = hidden_sizes[-1]
-    else:
-        embed = _image_torso(torso, observation_dim)
-        width = embed.features
+    embed, width = _encoder(torso, observation_dim, hidden_sizes)
     encoder = TensorDictModule(embed, [observation_key], [f"{name}_embed"])
     hidden = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"]
     if recurrent == "gru":
@@ -218,7 +208,7 @@ def make_actor_critic(
             "(the recurrent actor and critic keep separate memories)"
         )
     if share_torso:
-        body, width = _shared_torso(torso, observation_dim, hidden_sizes)
+        body, width = _encoder(torso, observation_dim, hidden_sizes)
         actor_net = nn.Sequential(body, _orthogonal_init(nn.Linear(width, num_actions), 0.01))
         critic_net = nn.Sequential(body, _orthogonal_init(nn.Linear(width, 1), 1.0))
         actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
