@@ -138,19 +138,20 @@ def _progress_rows(out: Path) -> int:
     return rows
 
 
-def _workers(processes: dict[Process, str]) -> dict[Process, str]:
+def _workers(processes: dict[Process, str], learner: str) -> dict[Process, str]:
     """The collector workers among a learner's descendants.
 
-    Not multiprocessing's resource tracker, and not the short-lived ``python -c`` probes that
-    importing ``glfw`` (through ``mujoco``, which ``torchrl.envs`` imports when it is
-    installed) starts to read a library's version: forked workers run the learner's command
-    line, spawned ones ``multiprocessing.spawn``.
+    Named by what they run: forked workers keep the learner's command line ``learner``,
+    spawned ones run ``multiprocessing.spawn``'s entry point. Anything else is not a worker:
+    multiprocessing's resource tracker, the short-lived ``python -c`` probes that importing
+    ``glfw`` (through ``mujoco``, which ``torchrl.envs`` imports when it is installed) starts to
+    read a library's version, and a process caught while exiting, whose command line is empty.
     """
     return {
         p: line
         for p, line in processes.items()
         if "resource_tracker" not in line
-        and (" -c " not in f" {line} " or "multiprocessing.spawn" in line)
+        and ("spawn_main" in line or (line == learner and line != ""))
     }
 
 
@@ -179,23 +180,23 @@ def test_collector_workers_exit_when_the_learner_is_killed(method, algorithm, fl
         f" --env CartPole-v1 --frames 10000000 --workers {workers} --start-method {method}"
         " --envs-per-worker 1 --rollout-length 5 --hidden-sizes 8 --checkpoint-every 0 --quiet"
     )
-    learner = _start(
-        ["-m", "ac_extensions.cli.train", algorithm, "--out", str(out), *flags.split()], log
-    )
+    args = ["-m", "ac_extensions.cli.train", algorithm, "--out", str(out), *flags.split()]
+    learner = _start(args, log)
+    command = " ".join([sys.executable, *args])
     processes: dict[Process, str] = {}
     try:
 
         def running() -> bool:
             assert learner.poll() is None, "the learner exited:\n" + log.read_text()[-3000:]
             processes.update(_descendants(learner.pid))
-            return len(_workers(processes)) >= workers and _progress_rows(out) >= 3
+            return len(_workers(processes, command)) >= workers and _progress_rows(out) >= 3
 
         assert _wait_until(running, timeout=90, interval=0.2), (
             f"no {workers} workers and 3 batches within 90 s; learner's descendants: "
             f"{_describe(processes, processes)}; log:\n{log.read_text()[-3000:]}"
         )
         processes.update(_descendants(learner.pid))  # all of them, just before the kill
-        assert len(_workers(processes)) == workers, _describe(processes, processes)
+        assert len(_workers(processes, command)) == workers, _describe(processes, processes)
 
         os.kill(learner.pid, signal.SIGKILL)
         killed = time.monotonic()
