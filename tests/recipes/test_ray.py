@@ -23,6 +23,8 @@ from ac_extensions.runtime import Checkpointer, RunConfig, close_replay
 
 WORKERS = 2
 
+pytestmark = pytest.mark.xdist_group("ray")  # one worker runs them all: one cluster, not two
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():
