@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -42,3 +48,19 @@ def on_policy_batch(shape, seed=0, networks=None, log_prob_noise=0.1, observatio
         }
     )
     return td
+
+
+def load_script(path: Path, name: str) -> Iterator[ModuleType]:
+    """Import the script at ``path`` as module ``name`` for a fixture to yield, then forget it.
+
+    For the scripts of ``benchmarks/``, which are not a package. ``name`` must not be taken:
+    ``minatar`` is the MinAtar package, so ``benchmarks/minatar_grid.py`` loads under another.
+    """
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)

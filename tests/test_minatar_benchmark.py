@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests._helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_grid.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    # Loaded under another name: `minatar` is the MinAtar package.
-    spec = importlib.util.spec_from_file_location("minatar_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from load_script(SCRIPT, "minatar_benchmark")
 
 
 def fake_run(directory: Path, algo: str, seed: int, *, final, curve, complete=True, fps=100.0):

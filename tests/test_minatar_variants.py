@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests._helpers import load_script
 from tests.test_minatar_benchmark import fake_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_variants.py"
@@ -15,12 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_variants.
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("minatar_variants", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from load_script(SCRIPT, "minatar_variants")
 
 
 @pytest.mark.timeout(60)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests._helpers import load_script
 from tests.test_minatar_benchmark import fake_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mujoco_grid.py"
@@ -17,12 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mujoco_grid.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("mujoco_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield from load_script(SCRIPT, "mujoco_benchmark")
 
 
 def test_the_papers_flags_parse_back_into_the_papers_settings(bench, tmp_path):

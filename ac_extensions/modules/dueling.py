@@ -56,6 +56,8 @@ from tensordict.utils import NestedKey
 from torch import Tensor, nn
 from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
+from ac_extensions.modules.actor_critic import _encoder
+
 __all__ = ["StochasticDuelingNetwork", "make_continuous_actor_critic"]
 
 
@@ -313,18 +315,8 @@ def _memory(
     modules: list[TensorDictModuleBase] = []
     memory_in, width = observation_key, observation_dim
     if hidden_sizes:
-        encoder = MLP(
-            in_features=observation_dim,
-            out_features=hidden_sizes[-1],
-            num_cells=list(hidden_sizes[:-1]),
-            activation_class=nn.Tanh,
-            activate_last_layer=True,
-        )
-        for layer in encoder.modules():
-            if isinstance(layer, nn.Linear):
-                nn.init.orthogonal_(layer.weight, 2**0.5)
-                nn.init.zeros_(layer.bias)
-        memory_in, width = f"{name}_embed", hidden_sizes[-1]
+        encoder, width = _encoder("mlp", observation_dim, hidden_sizes)
+        memory_in = f"{name}_embed"
         modules.append(TensorDictModule(encoder, [observation_key], [memory_in]))
     if recurrent == "lstm":
         hidden, memory_cls = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"], LSTMModule
