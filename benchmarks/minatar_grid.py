@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import importlib.util
 import json
 import math
@@ -250,16 +251,42 @@ def _kill_group(process: subprocess.Popen) -> None:
             return
 
 
+SKIPPED = "skipped: another invocation is running it"
+"""The status of a run whose directory another grid invocation holds (not a failure)."""
+
+
+@contextlib.contextmanager
+def claimed(directory: Path):
+    """Hold the run lock of ``directory`` (``.<name>.lock`` beside it) while the body runs.
+
+    Yields whether this process got it. Two invocations whose plans overlap would otherwise
+    start the same run twice, the second deleting the directory the first is writing. The lock
+    is ``flock``'s, so a killed invocation never leaves it held.
+    """
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
     """Run one cell in a subprocess; return ``{"status", "seconds", "summary"}``.
 
-    A fresh run starts from an empty directory; stdout and stderr go to ``output.log``.
+    A fresh run starts from an empty directory; stdout and stderr go to ``output.log``. A run
+    that another invocation holds is left alone (status :data:`SKIPPED`).
     """
     directory = run.directory(results)
-    if how == "fresh" and directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    return run_process(command(run, results, frames, how), directory, timeout)
+    with claimed(directory) as mine:
+        if not mine:
+            return {"status": SKIPPED, "seconds": 0.0, "summary": read_summary(directory)}
+        if how == "fresh" and directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return run_process(command(run, results, frames, how), directory, timeout)
 
 
 def run_process(cmd: list[str], directory: Path, timeout: float) -> dict:
@@ -339,7 +366,7 @@ def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
                     result = future.result()
                 except Exception as error:  # the runner itself failed: report, go on
                     result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                failures += result["status"] != "ok"
+                failures += result["status"] not in ("ok", SKIPPED)
                 if result["status"] == "ok" and not args.keep_checkpoints:
                     prune_checkpoints(run.directory(args.results))
                 print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)

@@ -41,8 +41,10 @@ sys.path.insert(0, str(HERE))
 from _results import write_markdown  # noqa: E402
 from minatar_grid import (  # noqa: E402
     GAMES,
+    SKIPPED,
     WINDOW,
     ac_train,
+    claimed,
     has_checkpoint,
     prune_checkpoints,
     read_run,
@@ -120,17 +122,12 @@ def run_all(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {}
         for variant, game, seed, out in todo:
-            fresh = not has_checkpoint(out)
-            if fresh and out.exists():
-                for path in sorted(out.rglob("*"), reverse=True):  # an unfinished, unresumable run
-                    path.unlink() if path.is_file() else path.rmdir()
-            out.mkdir(parents=True, exist_ok=True)
             cmd = command(args.study, variant, game, seed, args.frames, out)
-            futures[pool.submit(run_process, cmd, out, args.timeout)] = (variant, game, seed, out)
+            futures[pool.submit(execute, cmd, out, args.timeout)] = (variant, game, seed, out)
         for future in as_completed(futures):
             variant, game, seed, out = futures[future]
             result = future.result()
-            failures += result["status"] != "ok"
+            failures += result["status"] not in ("ok", SKIPPED)
             if result["status"] == "ok":
                 prune_checkpoints(out)
             s = result["summary"] or {}
@@ -140,6 +137,22 @@ def run_all(args: argparse.Namespace) -> int:
                 flush=True,
             )
     return failures
+
+
+def execute(cmd: list[str], out: Path, timeout: float) -> dict:
+    """Run ``cmd`` into ``out`` under its run lock (``minatar_grid.claimed``).
+
+    An unfinished run without a checkpoint is cleared first; a run another invocation holds is
+    left alone (status ``SKIPPED``).
+    """
+    with claimed(out) as mine:
+        if not mine:
+            return {"status": SKIPPED, "seconds": 0.0, "summary": read_summary(out)}
+        if not has_checkpoint(out) and out.exists():
+            for path in sorted(out.rglob("*"), reverse=True):  # an unfinished, unresumable run
+                path.unlink() if path.is_file() else path.rmdir()
+        out.mkdir(parents=True, exist_ok=True)
+        return run_process(cmd, out, timeout)
 
 
 def value_at(run: dict, frames: float) -> float | None:

@@ -234,12 +234,15 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
     """Run one cell in a subprocess (see ``minatar_grid.execute``)."""
     directory = run.directory(results)
-    if how == "fresh" and directory.exists():
-        import shutil
+    with grid.claimed(directory) as mine:
+        if not mine:
+            return {"status": grid.SKIPPED, "seconds": 0.0, "summary": grid.read_summary(directory)}
+        if how == "fresh" and directory.exists():
+            import shutil
 
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    return grid.run_process(command(run, results, frames, how), directory, timeout)
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return grid.run_process(command(run, results, frames, how), directory, timeout)
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
@@ -268,7 +271,7 @@ def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
                 result = future.result()
             except Exception as error:  # the runner itself failed: report, go on
                 result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-            failures += result["status"] != "ok"
+            failures += result["status"] not in ("ok", grid.SKIPPED)
             if result["status"] == "ok" and not args.keep_checkpoints:
                 grid.prune_checkpoints(run.directory(args.results))
             print(f"[{done}/{len(todo)}] {grid.describe(run, result)}", flush=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,6 +176,45 @@ def test_complete_runs_are_skipped_and_unfinished_resumed(bench, tmp_path, monke
     ]
     resumed = bench.command(bench.Run("Breakout", "ppo", 2), tmp_path, 3000, "resume")
     assert resumed[1:] == ["ppo", "--resume", str(d(2)), "--frames", "3000"]
+
+
+@pytest.mark.timeout(60)
+def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypatch):
+    # Another grid invocation (here: another process holding the flock) is writing seed 1.
+    d1 = bench.Run("Breakout", "ppo", 1).directory(tmp_path)
+    fake_run(d1, "ppo", 1, final=1.0, complete=False, curve=[(1000, 1.0, 100, 1.0)])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(d1.parent / f".{d1.name}.lock")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = []
+        monkeypatch.setattr(bench, "run_process", lambda cmd, d, t: started.append(d) or OK)
+        argv = ["--games", "Breakout", "--algos", "ppo", "--seeds", "1", "2", "--jobs", "2"]
+        status = bench.main([*argv, "--frames", "3000", "--results", str(tmp_path)])
+        assert status == 0  # skipped, not failed
+        assert started == [bench.Run("Breakout", "ppo", 2).directory(tmp_path)]
+        assert (d1 / "summary.json").is_file()  # a "fresh" start would have deleted it
+    finally:
+        holder.kill()
+        holder.wait()
+    # Once the holder is gone (killed: flock releases with the process), the run is ours.
+    with bench.claimed(d1) as mine:
+        assert mine
+        with bench.claimed(d1) as again:  # a second open file description is refused
+            assert not again
+
+
+HOLD_LOCK = """
+import fcntl, sys, time
+f = open(sys.argv[1], "w")
+fcntl.flock(f, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""
+OK = {"status": "ok", "seconds": 0.0, "summary": {"complete": True, "frames": 3000}}
 
 
 @pytest.mark.timeout(120)
