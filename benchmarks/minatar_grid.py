@@ -239,6 +239,37 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set under _LIVE_LOCK on Ctrl-C: no run starts after it
+
+
+@contextlib.contextmanager
+def stop_on_interrupt():
+    """While the body runs, Ctrl-C (SIGINT) or SIGTERM stops the grid and exits with 130.
+
+    The handler stops every live run with its children (runs live in their own sessions, so
+    the signal does not reach them) and flags the grid as stopping, so that every queued run
+    returns :data:`STOPPED` without starting; the body then ends on its own. Raising
+    ``KeyboardInterrupt`` in the main thread instead would land in the middle of
+    ``as_completed``'s lock wait, which it can leave broken: the grid then hung with a run still
+    going. A stopped run of ours resumes from its checkpoint on the next invocation.
+    """
+
+    def stop(signum, frame):
+        with _LIVE_LOCK:  # the main thread never holds it: only the runners' threads do
+            _STOPPING.set()
+            live = list(_LIVE)
+        for process in live:
+            _kill_group(process)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if _STOPPING.is_set():
+        print("interrupted: the same command resumes the grid", file=sys.stderr, flush=True)
+        raise SystemExit(130)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -251,6 +282,7 @@ def _kill_group(process: subprocess.Popen) -> None:
             return
 
 
+STOPPED = "stopped: the grid was interrupted"
 SKIPPED = "skipped: another invocation is running it"
 """The status of a run whose directory another grid invocation holds (not a failure)."""
 
@@ -280,6 +312,8 @@ def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> d
     that another invocation holds is left alone (status :data:`SKIPPED`).
     """
     directory = run.directory(results)
+    if _STOPPING.is_set():
+        return {"status": STOPPED, "seconds": 0.0, "summary": read_summary(directory)}
     with claimed(directory) as mine:
         if not mine:
             return {"status": SKIPPED, "seconds": 0.0, "summary": read_summary(directory)}
@@ -296,18 +330,24 @@ def run_process(cmd: list[str], directory: Path, timeout: float) -> dict:
     a complete ``summary.json`` in ``directory``; a process past ``timeout`` seconds is stopped
     with its children.
     """
+    if _STOPPING.is_set():
+        return {"status": STOPPED, "seconds": 0.0, "summary": read_summary(directory)}
     start = time.perf_counter()
     with open(directory / "output.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
         with _LIVE_LOCK:
+            if _STOPPING.is_set():
+                return {"status": STOPPED, "seconds": 0.0, "summary": read_summary(directory)}
+            process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
             _LIVE.add(process)
         try:
             process.wait(timeout)
             status = "ok" if process.returncode == 0 else f"failed (exit {process.returncode})"
+            if process.returncode != 0 and _STOPPING.is_set():
+                status = STOPPED
         except subprocess.TimeoutExpired:
             _kill_group(process)
             status = f"timeout after {timeout:.0f} s"
@@ -359,25 +399,17 @@ def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
             pool.submit(execute, run, args.results, args.frames, how, args.timeout): run
             for run, how in todo
         }
-        try:
+        with stop_on_interrupt():
             for done, future in enumerate(as_completed(futures), 1):
                 run = futures[future]
                 try:
                     result = future.result()
                 except Exception as error:  # the runner itself failed: report, go on
                     result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                failures += result["status"] not in ("ok", SKIPPED)
+                failures += result["status"] not in ("ok", SKIPPED, STOPPED)
                 if result["status"] == "ok" and not args.keep_checkpoints:
                     prune_checkpoints(run.directory(args.results))
                 print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)
-        except KeyboardInterrupt:
-            for future in futures:
-                future.cancel()
-            with _LIVE_LOCK:
-                live = list(_LIVE)
-            for process in live:
-                _kill_group(process)
-            raise
     return failures
 
 

@@ -42,6 +42,7 @@ from _results import write_markdown  # noqa: E402
 from minatar_grid import (  # noqa: E402
     GAMES,
     SKIPPED,
+    STOPPED,
     WINDOW,
     ac_train,
     claimed,
@@ -50,6 +51,7 @@ from minatar_grid import (  # noqa: E402
     read_run,
     read_summary,
     run_process,
+    stop_on_interrupt,
 )
 
 RESULTS = HERE / "results"
@@ -124,18 +126,19 @@ def run_all(args: argparse.Namespace) -> int:
         for variant, game, seed, out in todo:
             cmd = command(args.study, variant, game, seed, args.frames, out)
             futures[pool.submit(execute, cmd, out, args.timeout)] = (variant, game, seed, out)
-        for future in as_completed(futures):
-            variant, game, seed, out = futures[future]
-            result = future.result()
-            failures += result["status"] not in ("ok", SKIPPED)
-            if result["status"] == "ok":
-                prune_checkpoints(out)
-            s = result["summary"] or {}
-            print(
-                f"{args.study} / {variant} / {game} seed {seed}: {result['status']} in "
-                f"{result['seconds']:.0f} s, return {s.get('final_mean_return')}",
-                flush=True,
-            )
+        with stop_on_interrupt():
+            for future in as_completed(futures):
+                variant, game, seed, out = futures[future]
+                result = future.result()
+                failures += result["status"] not in ("ok", SKIPPED, STOPPED)
+                if result["status"] == "ok":
+                    prune_checkpoints(out)
+                s = result["summary"] or {}
+                print(
+                    f"{args.study} / {variant} / {game} seed {seed}: {result['status']} in "
+                    f"{result['seconds']:.0f} s, return {s.get('final_mean_return')}",
+                    flush=True,
+                )
     return failures
 
 

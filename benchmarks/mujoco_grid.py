@@ -265,16 +265,17 @@ def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
             pool.submit(execute, run, args.results, args.frames, how, args.timeout): run
             for run, how in todo
         }
-        for done, future in enumerate(as_completed(futures), 1):
-            run = futures[future]
-            try:
-                result = future.result()
-            except Exception as error:  # the runner itself failed: report, go on
-                result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-            failures += result["status"] not in ("ok", grid.SKIPPED)
-            if result["status"] == "ok" and not args.keep_checkpoints:
-                grid.prune_checkpoints(run.directory(args.results))
-            print(f"[{done}/{len(todo)}] {grid.describe(run, result)}", flush=True)
+        with grid.stop_on_interrupt():
+            for done, future in enumerate(as_completed(futures), 1):
+                run = futures[future]
+                try:
+                    result = future.result()
+                except Exception as error:  # the runner itself failed: report, go on
+                    result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
+                failures += result["status"] not in ("ok", grid.SKIPPED, grid.STOPPED)
+                if result["status"] == "ok" and not args.keep_checkpoints:
+                    grid.prune_checkpoints(run.directory(args.results))
+                print(f"[{done}/{len(todo)}] {grid.describe(run, result)}", flush=True)
     return failures
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -205,6 +210,36 @@ def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypat
         assert mine
         with bench.claimed(d1) as again:  # a second open file description is refused
             assert not again
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_stops_the_live_run_and_starts_no_other(bench, tmp_path, monkeypatch, sig):
+    monkeypatch.setattr(bench, "_STOPPING", threading.Event())
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    monkeypatch.setattr(bench, "command", lambda run, results, frames, how: sleeper)
+    live: list[subprocess.Popen] = []
+
+    def signal_once_a_run_is_live():
+        deadline = time.monotonic() + 30
+        while not bench._LIVE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        live.extend(bench._LIVE)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=signal_once_a_run_is_live, daemon=True).start()
+    runs = [bench.Run("Breakout", "ppo", seed) for seed in (1, 2, 3)]
+    args = argparse.Namespace(results=tmp_path, frames=3000, timeout=120, jobs=1)
+    args.keep_checkpoints = False
+    with pytest.raises(SystemExit) as stopped:
+        bench.run_grid(runs, args)
+    assert stopped.value.code == 130
+    assert len(live) == 1 and live[0].poll() is not None  # stopped with the grid
+    started = [r.seed for r in runs if (r.directory(tmp_path) / "output.log").exists()]
+    assert started == [1]
+    assert signal.getsignal(sig) is not None and not bench._LIVE
+    # A thread that reaches run_process after the signal starts nothing.
+    assert bench.run_process(sleeper, tmp_path, 5)["status"] == bench.STOPPED
 
 
 HOLD_LOCK = """
