@@ -21,6 +21,7 @@ import cProfile
 import io
 import json
 import pstats
+import shlex
 import statistics
 import sys
 import time
@@ -77,13 +78,14 @@ def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
     return dict(zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", required=True, help="name of this measurement")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     import ac_extensions
@@ -121,6 +123,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     record = {
         "label": args.label,
+        "command": " ".join(["python benchmarks/profile_learner.py", *map(shlex.quote, argv)]),
         "env": args.env,
         "source": str(Path(ac_extensions.__file__).parent),
         "steps": args.steps,
@@ -130,36 +133,51 @@ def main() -> None:
         "python_functions": functions,
     }
     (OUT / f"{args.label}.json").write_text(json.dumps(record, indent=1))
-    labels = sorted(
-        (json.loads(p.read_text()) for p in OUT.glob("*.json")), key=lambda r: r["label"]
+    records = [json.loads(path.read_text()) for path in OUT.glob("*.json")]
+    write_markdown(RESULTS / "reactor_learner_profile.md", summary(records))
+    print(table(records))
+
+
+def command(record: dict) -> str:
+    """The command line that measured ``record`` (rebuilt from its settings when not stored)."""
+    if "command" in record:
+        return record["command"]
+    return (
+        f"python benchmarks/profile_learner.py --label {record['label']} --env {record['env']} "
+        f"--steps {record['steps']} --repeats {record['repeats']}"
     )
-    head = "| phase | " + " | ".join(r["label"] for r in labels) + " |"
-    rows = [head, "|---" * (len(labels) + 1) + "|"]
+
+
+def table(records: list[dict]) -> str:
+    """CPU milliseconds per phase, one column per label (sorted by label)."""
+    records = sorted(records, key=lambda r: r["label"])
+    rows = [
+        "| phase | " + " | ".join(r["label"] for r in records) + " |",
+        "|---" * (len(records) + 1) + "|",
+    ]
     for phase in (*PHASES, "total"):
-        rows.append(
-            f"| {phase} | "
-            + " | ".join(f"{r['cpu_ms_per_step'][phase]:.2f}" for r in labels)
-            + " |"
-        )
+        cells = " | ".join(f"{r['cpu_ms_per_step'][phase]:.2f}" for r in records)
+        rows.append(f"| {phase} | {cells} |")
+    return "\n".join(rows)
+
+
+def summary(records: list[dict]) -> str:
+    """``reactor_learner_profile.md``: each label's own command, the table, the profiles."""
+    records = sorted(records, key=lambda r: r["label"])
+    commands = "\n".join(f"- `{r['label']}`: `{command(r)}`" for r in records)
     details = "\n\n".join(
         f"### {r['label']} ({r['env']}, code from `{r['source']}`)\n\n"
         f"torch ops (10 steps):\n\n```\n{r['torch_ops']}\n```\n\n"
         f"Python functions (20 steps, cumulative):\n\n```\n{r['python_functions']}\n```"
-        for r in labels
+        for r in records
     )
-    write_markdown(
-        RESULTS / "reactor_learner_profile.md",
+    return (
         "# Reactor learner step: CPU milliseconds per phase\n\n"
-        f"Command: `python benchmarks/profile_learner.py --label <label> --env {args.env}` "
-        f"(default `ReactorConfig`, batch {config.batch_size} sequences of "
-        f"{config.sequence_length} steps, one torch thread; process CPU time, median of "
-        f"{args.repeats} repeats of {args.steps} steps).\n\n"
-        + "\n".join(rows)
-        + "\n\n"
-        + details
-        + "\n",
+        "Each label's default `ReactorConfig.for_env(env)` (the MinAtar network on MinAtar), "
+        "one torch thread; process CPU time per learner step, median over the repeats. "
+        "Commands:\n\n"
+        f"{commands}\n\n{table(records)}\n\n{details}\n"
     )
-    print("\n".join(rows))
 
 
 if __name__ == "__main__":
