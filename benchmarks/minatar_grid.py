@@ -377,11 +377,17 @@ def describe(run: Run, result: dict) -> str:
     return f"{run}: {result['status']} in {result['seconds']:.0f} s ({details})"
 
 
-def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
-    """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures."""
+def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=None) -> int:
+    """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures.
+
+    ``action_of`` and ``execute_run`` (default: this module's :func:`action` and
+    :func:`execute`) let another grid (``mujoco_grid.py``) run its own cells the same way.
+    """
+    action_of = action_of or action
+    execute_run = execute_run or execute
     todo = []
     for run in runs:
-        how = action(run, args.results, args.frames)
+        how = action_of(run, args.results, args.frames)
         if how == "done":
             if not args.keep_checkpoints:
                 prune_checkpoints(run.directory(args.results))
@@ -396,7 +402,7 @@ def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
     failures = 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {
-            pool.submit(execute, run, args.results, args.frames, how, args.timeout): run
+            pool.submit(execute_run, run, args.results, args.frames, how, args.timeout): run
             for run, how in todo
         }
         with stop_on_interrupt():

@@ -59,7 +59,6 @@ import math
 import pstats
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,37 +245,8 @@ def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> d
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
-    """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures."""
-    todo = []
-    for run in runs:
-        how = action(run, args.results, args.frames)
-        if how != "done":
-            todo.append((run, how))
-        elif not args.keep_checkpoints:
-            grid.prune_checkpoints(run.directory(args.results))
-    print(
-        f"{len(runs) - len(todo)} of {len(runs)} runs complete, {len(todo)} to run, "
-        f"{args.jobs} at a time",
-        flush=True,
-    )
-    failures = 0
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {
-            pool.submit(execute, run, args.results, args.frames, how, args.timeout): run
-            for run, how in todo
-        }
-        with grid.stop_on_interrupt():
-            for done, future in enumerate(as_completed(futures), 1):
-                run = futures[future]
-                try:
-                    result = future.result()
-                except Exception as error:  # the runner itself failed: report, go on
-                    result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                failures += result["status"] not in ("ok", grid.SKIPPED, grid.STOPPED)
-                if result["status"] == "ok" and not args.keep_checkpoints:
-                    grid.prune_checkpoints(run.directory(args.results))
-                print(f"[{done}/{len(todo)}] {grid.describe(run, result)}", flush=True)
-    return failures
+    """Run every cell that is not done, ``args.jobs`` at a time (``minatar_grid.run_grid``)."""
+    return grid.run_grid(runs, args, action, execute)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -127,3 +127,21 @@ def test_zoo_settings_become_sb3_keywords(bench):
     assert settings["policy_kwargs"]["net_arch"] == {"pi": [256, 256], "vf": [256, 256]}
     assert settings["policy_kwargs"]["activation_fn"].__name__ == "ReLU"
     assert "policy_kwargs" not in bench.peer_settings("Walker2d")
+
+
+@pytest.mark.timeout(60)
+def test_the_grid_runs_its_own_cells_through_the_shared_runner(bench, tmp_path, monkeypatch):
+    done = bench.Run("Hopper", "acer", 1)
+    fake_run(done.directory(tmp_path), "acer", 1, final=5.0, curve=[(3000, 5.0, 100, 1.0)])
+    started = []
+
+    def run_process(cmd, directory, timeout):
+        started.append(cmd[cmd.index("--env") + 1] if "--env" in cmd else cmd[3:5])
+        return {"status": "ok", "seconds": 0.0, "summary": {"complete": True, "frames": 3000}}
+
+    monkeypatch.setattr(bench.grid, "run_process", run_process)
+    runs = [done, bench.Run("Hopper", "acer", 2), bench.Run("Hopper", "sb3_ppo", 1)]
+    args = argparse.Namespace(results=tmp_path, frames=3000, timeout=60, jobs=1)
+    args.keep_checkpoints = False
+    assert bench.run_grid(runs, args) == 0
+    assert sorted(map(str, started)) == sorted(["Hopper-v5", str(["sb3_ppo", "Hopper"])])
