@@ -40,8 +40,18 @@ LAYOUTS: dict[str, dict] = {
         "torch_threads": 1,
         "share_torso": True,
     },
+    "1 worker × 8 envs, 1 thread, shared torso, async": {
+        "workers": 1,
+        "envs_per_worker": 8,
+        "torch_threads": 1,
+        "share_torso": True,
+        "async_collection": True,
+    },
 }
-"""Name → ``PPOConfig`` overrides (every layout collects 8 × 128 frames per batch)."""
+"""Name → ``PPOConfig`` overrides (every layout collects 8 × 128 frames per batch). ``async``:
+the worker collects the next batch while the learner trains on this one (TorchRL's
+``MultiAsyncCollector``), so on 2 cores collection and update overlap instead of alternating;
+the batch was collected by the policy of one update earlier."""
 PEER = "sb3_ppo"
 """The Stable-Baselines3 PPO variant (``minatar_grid.py``'s peer)."""
 WARMUP = 2 * 1024
