@@ -308,19 +308,31 @@ def claimed(directory: Path):
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
     """Run one cell in a subprocess; return ``{"status", "seconds", "summary"}``.
 
-    A fresh run starts from an empty directory; stdout and stderr go to ``output.log``. A run
-    that another invocation holds is left alone (status :data:`SKIPPED`).
+    A fresh run starts from an empty directory; stdout and stderr go to ``output.log``.
     """
-    directory = run.directory(results)
+    cmd = command(run, results, frames, how)
+    return run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh")
+
+
+def _not_run(status: str, directory: Path) -> dict:
+    return {"status": status, "seconds": 0.0, "summary": read_summary(directory)}
+
+
+def run_claimed(directory: Path, cmd: list[str], timeout: float, fresh: bool) -> dict:
+    """:func:`run_process` under ``directory``'s run lock (:func:`claimed`), every grid's runner.
+
+    ``fresh``: empty the directory first. A run another invocation holds is left alone (status
+    :data:`SKIPPED`); after an interrupt nothing starts (:data:`STOPPED`).
+    """
     if _STOPPING.is_set():
-        return {"status": STOPPED, "seconds": 0.0, "summary": read_summary(directory)}
+        return _not_run(STOPPED, directory)
     with claimed(directory) as mine:
         if not mine:
-            return {"status": SKIPPED, "seconds": 0.0, "summary": read_summary(directory)}
-        if how == "fresh" and directory.exists():
+            return _not_run(SKIPPED, directory)
+        if fresh and directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        return run_process(command(run, results, frames, how), directory, timeout)
+        return run_process(cmd, directory, timeout)
 
 
 def run_process(cmd: list[str], directory: Path, timeout: float) -> dict:
@@ -331,14 +343,14 @@ def run_process(cmd: list[str], directory: Path, timeout: float) -> dict:
     with its children.
     """
     if _STOPPING.is_set():
-        return {"status": STOPPED, "seconds": 0.0, "summary": read_summary(directory)}
+        return _not_run(STOPPED, directory)
     start = time.perf_counter()
     with open(directory / "output.log", "a") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
         with _LIVE_LOCK:
             if _STOPPING.is_set():
-                return {"status": STOPPED, "seconds": 0.0, "summary": read_summary(directory)}
+                return _not_run(STOPPED, directory)
             process = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )

@@ -45,12 +45,11 @@ from minatar_grid import (  # noqa: E402
     STOPPED,
     WINDOW,
     ac_train,
-    claimed,
     has_checkpoint,
     prune_checkpoints,
     read_run,
     read_summary,
-    run_process,
+    run_claimed,
     stop_on_interrupt,
 )
 
@@ -125,7 +124,15 @@ def run_all(args: argparse.Namespace) -> int:
         futures = {}
         for variant, game, seed, out in todo:
             cmd = command(args.study, variant, game, seed, args.frames, out)
-            futures[pool.submit(execute, cmd, out, args.timeout)] = (variant, game, seed, out)
+            futures[
+                pool.submit(
+                    run_claimed,
+                    cmd=cmd,
+                    directory=out,
+                    timeout=args.timeout,
+                    fresh=not has_checkpoint(out),
+                )
+            ] = (variant, game, seed, out)
         with stop_on_interrupt():
             for future in as_completed(futures):
                 variant, game, seed, out = futures[future]
@@ -140,22 +147,6 @@ def run_all(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     return failures
-
-
-def execute(cmd: list[str], out: Path, timeout: float) -> dict:
-    """Run ``cmd`` into ``out`` under its run lock (``minatar_grid.claimed``).
-
-    An unfinished run without a checkpoint is cleared first; a run another invocation holds is
-    left alone (status ``SKIPPED``).
-    """
-    with claimed(out) as mine:
-        if not mine:
-            return {"status": SKIPPED, "seconds": 0.0, "summary": read_summary(out)}
-        if not has_checkpoint(out) and out.exists():
-            for path in sorted(out.rglob("*"), reverse=True):  # an unfinished, unresumable run
-                path.unlink() if path.is_file() else path.rmdir()
-        out.mkdir(parents=True, exist_ok=True)
-        return run_process(cmd, out, timeout)
 
 
 def value_at(run: dict, frames: float) -> float | None:

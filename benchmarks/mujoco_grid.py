@@ -232,16 +232,8 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
     """Run one cell in a subprocess (see ``minatar_grid.execute``)."""
-    directory = run.directory(results)
-    with grid.claimed(directory) as mine:
-        if not mine:
-            return {"status": grid.SKIPPED, "seconds": 0.0, "summary": grid.read_summary(directory)}
-        if how == "fresh" and directory.exists():
-            import shutil
-
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        return grid.run_process(command(run, results, frames, how), directory, timeout)
+    cmd = command(run, results, frames, how)
+    return grid.run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh")
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:

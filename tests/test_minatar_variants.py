@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,8 @@ def test_commands_skip_and_resume(bench, tmp_path, monkeypatch):
         calls.append(cmd[1:])
         return {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 1.0}}
 
-    monkeypatch.setattr(bench, "run_process", run_process)
+    # The runs start through minatar_grid.run_claimed, which calls its own run_process.
+    monkeypatch.setattr(sys.modules["minatar_grid"], "run_process", run_process)
     argv = ["--study", "ppo_torso", "--games", "Breakout", "--seeds", "1", "2", "--jobs", "1"]
     assert bench.main([*argv, "--frames", "3000", "--results", str(tmp_path)]) == 0
 
