@@ -13,8 +13,9 @@ over repeats and the ratio; writes ``benchmarks/results/acer_update.{md,json}``.
 
 A second table times :class:`~ac_extensions.objectives.ACERLoss`'s fast path (plain tensors)
 against its general path (TensorDict wrappers, ``fast_path=False``) on the ACER recipe's
-CartPole networks (a ``ProbabilisticActor`` and a separate Q network, 2×64 tanh each), same
-batch, same run, after checking that both give the same gradients.
+networks (CartPole: a ``ProbabilisticActor`` and a separate Q network, 2×64 tanh each, or one
+2×64 torso with policy and Q heads, ``share_torso=True``; MinAtar Breakout's policy-plus-Q
+network), same run, after checking that both paths give the same gradients.
 """
 
 from __future__ import annotations
@@ -42,11 +43,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 GAMMA, ENTROPY = 0.99, 0.01
 
 
-def make_batch(batch: int, steps: int, obs_shape: tuple, actions: int, seed: int) -> TensorDict:
+def make_batch(
+    batch: int, steps: int, obs_shape: tuple, actions: int, seed: int, binary: bool = False
+) -> TensorDict:
+    """A replay-like batch [batch, steps]; ``binary``: MinAtar's 0/1 float channels."""
     gen = torch.Generator().manual_seed(seed)
     shape = (batch, steps)
 
     def draw(*size):
+        if binary:  # MinAtar: 0/1 channels, sampled from the replay as float32
+            return (torch.rand(*size, *obs_shape, generator=gen) < 0.1).float()
         if len(obs_shape) == 3:  # frames
             return torch.randint(0, 256, (*size, *obs_shape), dtype=torch.uint8, generator=gen)
         return torch.randn(*size, *obs_shape, generator=gen)
@@ -175,43 +181,66 @@ def run(kind: str, repeats: int, batch: int, steps: int) -> dict:
     }
 
 
-def run_paths(calls: int, batch: int, steps: int) -> dict:
-    """The fast path against the general path on the recipe's CartPole networks."""
+def _layouts(batch: int, steps: int) -> dict[str, tuple]:
+    """Name → (actor, Q network or None, batch): the recipe's networks, by layout.
+
+    CartPole (2×64 tanh, ``batch`` sequences): separate policy and Q networks (``ACERConfig()``)
+    or one torso with both heads (``share_torso=True``); MinAtar Breakout's policy-plus-Q
+    network (the MinAtar CNN torso, 4×10×10 binary channels, 3 actions) on its family's batch
+    of 16 sequences.
+    """
     torch.manual_seed(0)
     actor, _ = make_actor_critic(4, 2, hidden_sizes=(64, 64))
     qvalue = make_qvalue(4, 2, hidden_sizes=(64, 64))
-    fast = ACERLoss(actor, qvalue, gamma=GAMMA, entropy_coeff=ENTROPY)
-    general = ACERLoss(actor, qvalue, gamma=GAMMA, entropy_coeff=ENTROPY, fast_path=False)
-    with torch.no_grad():  # the average policy away from the current one (both losses)
-        for p in fast.target_actor_network_params.values(True, True):
-            p.add_(0.05 * torch.randn_like(p))
-    general.target_actor_network_params.update(fast.target_actor_network_params.clone())
-    td = make_batch(batch, steps, (4,), 2, seed=1)
-    assert fast.fast_path_blocker(td) is None
-    worst = 0.0
-    grads = []
-    for loss in (fast, general):
-        out = loss(td.clone())
-        total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-        grads.append(torch.autograd.grad(total, list(loss.parameters())))
-    for a, b in zip(*grads, strict=True):
-        torch.testing.assert_close(a, b)
-        worst = max(worst, float((a - b).abs().max()))
-    times: dict[str, list[float]] = {"fast": [], "general": []}
-    for call in range(20 + calls):  # alternating call by call: load changes hit both alike
-        for name, loss in (("fast", fast), ("general", general)):
-            start = time.perf_counter()
-            ours_step(loss, td)
-            if call >= 20:  # after a warm-up
-                times[name].append(time.perf_counter() - start)
-    fast_ms = 1e3 * statistics.median(times["fast"])
-    general_ms = 1e3 * statistics.median(times["general"])
+    cartpole = make_batch(batch, steps, (4,), 2, seed=1)
+    minatar = make_acer_actor((4, 10, 10), 3, torso="minatar")
     return {
-        "networks": "recipe CartPole (ProbabilisticActor + Q network, 2×64 tanh)",
-        "batch": [batch, steps],
-        "fast_ms": fast_ms,
-        "general_ms": general_ms,
-        "speedup": general_ms / fast_ms,
+        "CartPole, separate": (actor, qvalue, cartpole),
+        "CartPole, shared torso": (make_acer_actor(4, 2, hidden_sizes=(64, 64)), None, cartpole),
+        "MinAtar Breakout": (minatar, None, make_batch(16, steps, (4, 10, 10), 3, 1, True)),
+    }
+
+
+def run_paths(calls: int, batch: int, steps: int) -> dict:
+    """Fast path against general path on the recipe's networks, calls alternating."""
+    losses, worst, batches = {}, 0.0, {}
+    for layout, (actor, qvalue, td) in _layouts(batch, steps).items():
+        fast = ACERLoss(actor, qvalue, gamma=GAMMA, entropy_coeff=ENTROPY)
+        general = ACERLoss(actor, qvalue, gamma=GAMMA, entropy_coeff=ENTROPY, fast_path=False)
+        with torch.no_grad():  # the average policy away from the current one (both losses)
+            for p in fast.target_actor_network_params.values(True, True):
+                p.add_(0.05 * torch.randn_like(p))
+        general.target_actor_network_params.update(fast.target_actor_network_params.clone())
+        assert fast.fast_path_blocker(td) is None, layout
+        grads = []
+        for loss in (fast, general):
+            out = loss(td.clone())
+            total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+            grads.append(torch.autograd.grad(total, list(loss.parameters())))
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b)
+            worst = max(worst, float((a - b).abs().max()))
+        losses[(layout, "fast")], losses[(layout, "general")] = fast, general
+        batches[layout] = td
+    times: dict[tuple, list[float]] = {name: [] for name in losses}
+    for call in range(20 + calls):  # alternating call by call: load changes hit all alike
+        for (layout, path), loss in losses.items():
+            start = time.perf_counter()
+            ours_step(loss, batches[layout])
+            if call >= 20:  # after a warm-up
+                times[(layout, path)].append(time.perf_counter() - start)
+    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    return {
+        "rows": [
+            {
+                "layout": layout,
+                "batch": list(batches[layout].batch_size),
+                "path": path,
+                "ms": value,
+                "speedup": ms[(layout, "general")] / value,
+            }
+            for (layout, path), value in ms.items()
+        ],
         "max_abs_grad_difference": worst,
         "calls": calls,
     }
@@ -258,15 +287,20 @@ def main() -> None:
         lines += [
             "",
             "Fast path (plain tensors) vs general path (TensorDict wrappers, "
-            "`fast_path=False`) of `ACERLoss`, on the ACER recipe's CartPole networks "
-            "(`ProbabilisticActor` + separate Q network, 2×64 tanh), batch [32, 20], loss + "
-            "backward, the two alternating call by call, median of "
-            f"{paths['calls']} calls each:",
+            "`fast_path=False`) of `ACERLoss` on the ACER recipe's networks: CartPole-v1's "
+            "(2×64 tanh) as a `ProbabilisticActor` and a separate Q network (`ACERConfig()`) "
+            "or one torso with policy and Q heads (`make_acer_actor`, "
+            "`ACERConfig(share_torso=True)`), and MinAtar Breakout's policy-plus-Q network "
+            "(MinAtar CNN torso). Loss + backward, all six alternating call by call, median "
+            f"of {paths['calls']} calls each:",
             "",
-            "| path | ms per update | speed-up |",
-            "|---|---|---|",
-            f"| general | {paths['general_ms']:.2f} | 1.00× |",
-            f"| fast | {paths['fast_ms']:.2f} | {paths['speedup']:.2f}× |",
+            "| network | batch | path | ms per update | speed-up vs its general path |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['layout']} | {r['batch']} | {r['path']} | {r['ms']:.2f} | "
+                f"{r['speedup']:.2f}× |"
+                for r in paths["rows"]
+            ),
             "",
             f"Max abs gradient difference: {paths['max_abs_grad_difference']:.1e}.",
         ]

@@ -13,26 +13,30 @@ from tensordict.nn import (
     ProbabilisticTensorDictSequential,
     TensorDictModule,
     TensorDictModuleBase,
+    TensorDictSequential,
 )
 from tensordict.utils import NestedKey
 from torch import nn
 from torchrl.modules import ValueOperator
 
 
-def plain_tensordict_module(module, *types) -> str | None:
-    """Why ``module`` is not a plain one-in, one-out ``TensorDictModule`` over an nn.Module.
+def plain_tensordict_module(module, *types, outputs: int = 1) -> str | None:
+    """Why ``module`` is not a plain one-in ``TensorDictModule`` over an nn.Module.
 
     Args:
         module: the wrapper to inspect.
         *types: the wrapper classes accepted (exactly, not their subclasses).
+        outputs: the number of entries it must write (its module returns a tuple if > 1).
 
     Returns:
         ``None`` if it qualifies, else the reason.
     """
     if type(module) not in types:
         return f"{type(module).__name__} is not one of {[t.__name__ for t in types]}"
-    if len(module.in_keys) != 1 or len(module.out_keys) != 1:
-        return f"{type(module).__name__} does not map one entry to one entry"
+    if len(module.in_keys) != 1 or len(module.out_keys) != outputs:
+        return f"{type(module).__name__} does not map one entry to {outputs} entr" + (
+            "y" if outputs == 1 else "ies"
+        )
     if module._kwargs is not None or module.method is not None or module.method_kwargs:
         return f"{type(module).__name__} calls its module with keyword arguments or a method"
     if not isinstance(module.module, nn.Module) or isinstance(module.module, TensorDictModuleBase):
@@ -75,6 +79,58 @@ def plain_network(
     if body.out_keys[0] != out_key:
         return f"it writes {body.out_keys[0]!r}, not {out_key!r}"
     return body.module, body.in_keys[0], wrappers
+
+
+def plain_chain(
+    wrapper, out_keys: list[NestedKey]
+) -> tuple[tuple[nn.Module, ...], NestedKey, tuple[nn.Module, ...]] | str:
+    """The networks inside ``wrapper`` that, called in turn, map its one input to ``out_keys``.
+
+    For an actor that writes several entries in one pass, such as ACER's policy-plus-Q network
+    (:func:`~ac_extensions.modules.make_acer_actor`: a torso module writing ``features``, then a
+    head module writing ``logits`` and ``action_value``). Accepted: a
+    ``ProbabilisticTensorDictSequential`` of one network part and its distribution module (as
+    :func:`plain_network`), where the part is either one plain ``TensorDictModule`` writing
+    ``out_keys``, or an exact ``TensorDictSequential`` of plain ``TensorDictModule`` wrappers,
+    each reading the one entry the one before wrote, the last writing ``out_keys`` (its module
+    returning them as a tuple, in that order).
+
+    Returns:
+        ``(networks, input key, wrappers)``: calling the networks one after the other on the
+        input tensor gives the tuple of ``out_keys``; ``wrappers`` are the TensorDict modules
+        whose hooks the fast path would bypass. Or the reason as a string.
+    """
+    if not isinstance(wrapper, ProbabilisticTensorDictSequential):
+        return f"{type(wrapper).__name__} is not a probabilistic actor"
+    if len(wrapper.module) != 2 or not isinstance(wrapper.module[1], ProbabilisticTensorDictModule):
+        return "the actor is not a probabilistic sequence of a network and a distribution"
+    if wrapper.return_composite or (
+        type(wrapper).get_dist_params is not ProbabilisticTensorDictSequential.get_dist_params
+    ):
+        return "the actor computes its distribution parameters in its own way"
+    body = wrapper.module[0]
+    wrappers: tuple[nn.Module, ...] = (wrapper, *wrapper.module)
+    if type(body) is TensorDictSequential:
+        parts = list(body.module)
+        wrappers = (*wrappers, *parts)
+    else:
+        parts = [body]
+    if not parts:
+        return "the actor's network is an empty sequence"
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        outputs = len(out_keys) if last else 1
+        reason = plain_tensordict_module(part, TensorDictModule, outputs=outputs)
+        if reason is not None:
+            return f"part {index} of the actor's network: {reason}"
+        if index and list(part.in_keys) != list(parts[index - 1].out_keys):
+            return (
+                f"part {index} of the actor's network reads {part.in_keys[0]!r}, not what "
+                f"part {index - 1} writes ({parts[index - 1].out_keys[0]!r})"
+            )
+    if list(parts[-1].out_keys) != list(out_keys):
+        return f"the actor's network writes {list(parts[-1].out_keys)}, not {list(out_keys)}"
+    return tuple(p.module for p in parts), parts[0].in_keys[0], wrappers
 
 
 def has_hooks(wrappers) -> bool:

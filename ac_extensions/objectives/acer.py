@@ -14,7 +14,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import has_hooks, plain_network
+from ac_extensions.objectives._plain import has_hooks, plain_chain, plain_network
 from ac_extensions.objectives._replay import (
     assemble_next,
     burn_in,
@@ -79,9 +79,11 @@ class ACERLoss(LossModule):
     Fast path (:attr:`fast_path`, on by default): with feed-forward networks that are plain
     TensorDict wrappers (a ``TensorDictModule`` / ``ValueOperator`` reading one entry and
     writing ``logits`` or ``action_value``; for the actor also a ``ProbabilisticActor`` around
-    one), a separate Q network, no forward hooks on the wrappers, the loss's parameters being
-    the networks' own and the default :class:`~ac_extensions.objectives.value.RetraceEstimator`,
-    the networks run on plain tensors (the average policy through
+    one) and a separate Q network, or a policy-plus-Q actor whose network is a chain of such
+    modules ending in one that writes both (:func:`~ac_extensions.modules.make_acer_actor`),
+    no forward hooks on the wrappers, the loss's parameters being the networks' own and the
+    default :class:`~ac_extensions.objectives.value.RetraceEstimator`, the networks run on
+    plain tensors (the average policy through
     ``torch.func.functional_call``) and Q^ret comes from
     :func:`~ac_extensions.functional.categorical_q_retrace` directly: the same outputs and
     gradients without the TensorDict plumbing, which costs more than the arithmetic of small
@@ -464,40 +466,62 @@ class ACERLoss(LossModule):
 
     def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
         """The plain networks and their inputs for the fast path, or why it does not apply."""
-        if self._recurrent or self._shared_head:
-            return "the networks are recurrent" if self._recurrent else "the actor writes Q"
+        if self._recurrent:
+            return "the networks are recurrent"
         for name in ("_run_actor", "_actor_outputs", "_policy_and_q", "_outputs", "_q_ret"):
             if getattr(type(self), name) is not getattr(ACERLoss, name):
                 return f"a subclass overrides {name}"
         if type(self.value_estimator) is not RetraceEstimator:
             return "the value estimator is not the default RetraceEstimator"
-        keys = self.tensor_keys
-        actor = plain_network(self.actor_network, keys.logits)
-        if isinstance(actor, str):
-            return f"actor: {actor}"
-        qvalue = plain_network(self.qvalue_network, keys.action_value)
-        if isinstance(qvalue, str):
-            return f"Q network: {qvalue}"
-        if has_hooks((*actor[2], *qvalue[2])):
-            return "a TensorDict wrapper of the networks has forward hooks"
-        if not (
-            holds_parameters(self.actor_network, self.actor_network_params)
-            and holds_parameters(self.qvalue_network, self.qvalue_network_params)
-        ):
-            return "the loss's parameters are not its networks' own"
+        networks = self._plain_networks()
+        if isinstance(networks, str):
+            return networks
+        parts, actor_key, qvalue_net, qvalue_key = networks
         nxt, batch = tensordict.get("next"), tensordict.batch_size
         inputs = []
-        for key in (actor[1], qvalue[1]):
+        for key in (actor_key, qvalue_key if qvalue_key is not None else actor_key):
             for source in (tensordict, nxt):
                 value = source.get(key, None)
                 if not isinstance(value, Tensor) or value.shape[: len(batch)] != batch:
                     return f"the network input {key!r} is not a tensor of batch shape {batch}"
                 inputs.append(value)
-        average = self.target_actor_network_params.flatten_keys(".")
-        prefix = next(n for n, m in self.actor_network.named_modules() if m is actor[0])
-        average = {name[len(prefix) + 1 :]: value for name, value in average.items()}
-        done = nxt.get(keys.done)
-        return _FastPlan(actor[0], qvalue[0], *inputs, done, average)
+        # The average policy's parameters, by each part's own names, part by part.
+        flat = self.target_actor_network_params.flatten_keys(".")
+        named = dict(self.actor_network.named_modules())
+        average = []
+        for part in parts:
+            prefix = next(n for n, m in named.items() if m is part) + "."
+            average.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
+        done = nxt.get(self.tensor_keys.done)
+        return _FastPlan(parts, qvalue_net, *inputs, done, average)
+
+    def _plain_networks(self) -> tuple | str:
+        """The fast path's networks, or why they do not qualify.
+
+        Returns ``(actor parts, actor input key, Q network or None, Q input key or None)``.
+        """
+        keys = self.tensor_keys
+        if self._shared_head:  # one pass writes logits and Q: the actor's parts in turn
+            chain = plain_chain(self.actor_network, [keys.logits, keys.action_value])
+            if isinstance(chain, str):
+                return f"actor (writing Q): {chain}"
+            parts, actor_key, wrappers = chain
+            qvalue_net, qvalue_key, owned = None, None, True
+        else:
+            actor = plain_network(self.actor_network, keys.logits)
+            if isinstance(actor, str):
+                return f"actor: {actor}"
+            qvalue = plain_network(self.qvalue_network, keys.action_value)
+            if isinstance(qvalue, str):
+                return f"Q network: {qvalue}"
+            parts, actor_key, wrappers = (actor[0],), actor[1], (*actor[2], *qvalue[2])
+            qvalue_net, qvalue_key = qvalue[0], qvalue[1]
+            owned = holds_parameters(self.qvalue_network, self.qvalue_network_params)
+        if has_hooks(wrappers):
+            return "a TensorDict wrapper of the networks has forward hooks"
+        if not (owned and holds_parameters(self.actor_network, self.actor_network_params)):
+            return "the loss's parameters are not its networks' own"
+        return parts, actor_key, qvalue_net, qvalue_key
 
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -541,14 +565,22 @@ class ACERLoss(LossModule):
 class _FastPlan:
     """One call's fast path: the plain networks, their inputs and the average parameters."""
 
-    actor: nn.Module  # observation [N, *O] → logits [N, A]
-    qvalue: nn.Module  # observation [N, *O'] → Q [N, A]
+    actor: tuple[nn.Module, ...]  # called in turn: observation [N, *O] → logits [N, A]
+    # (or, with qvalue None, → (logits, Q), each [N, A]: the policy-plus-Q network)
+    qvalue: nn.Module | None  # observation [N, *O'] → Q [N, A]
     actor_input: Tensor  # at x_t                                          [*B, T, *O]
     next_actor_input: Tensor  # at x_{t+1}                                 [*B, T, *O]
-    qvalue_input: Tensor  # [*B, T, *O']
+    qvalue_input: Tensor  # [*B, T, *O'] (the actor's input with qvalue None)
     next_qvalue_input: Tensor  # [*B, T, *O']
     done: Tensor  # ("next", done) after the padding cut                   [*B, T, 1]
-    average: dict[str, Tensor]  # the actor's averaged parameters, by its own names
+    average: list[dict[str, Tensor]]  # per actor part, its averaged parameters by its names
+
+
+def _chain(parts: tuple[nn.Module, ...], x: Tensor, params: list[dict] | None = None):
+    """``parts`` called in turn on ``x`` (under ``params``, one dict per part, if given)."""
+    for index, part in enumerate(parts):
+        x = part(x) if params is None else torch.func.functional_call(part, params[index], (x,))
+    return x
 
 
 def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tensor, ...]:
@@ -566,8 +598,11 @@ def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tenso
         return torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
 
     actor_joint = joint(*actor_pair)
-    joint_logits = plan.actor(actor_joint)
-    joint_q = plan.qvalue(actor_joint if shared else joint(*qvalue_pair))
+    if plan.qvalue is None:  # the policy-plus-Q network: one pass
+        joint_logits, joint_q = _chain(plan.actor, actor_joint)
+    else:
+        joint_logits = _chain(plan.actor, actor_joint)
+        joint_q = plan.qvalue(actor_joint if shared else joint(*qvalue_pair))
     if joint_logits.shape != joint_q.shape:
         mismatched(joint_logits, joint_q, batch)
     (logits, fresh_logits), (q, fresh_q) = (
@@ -575,8 +610,11 @@ def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tenso
         split_joint(joint_q, batch),
     )
     with torch.no_grad():
-        average_logits = torch.func.functional_call(
-            plan.actor, plan.average, (plan.actor_input.flatten(0, len(batch) - 1),)
-        ).unflatten(0, batch)
+        average_logits = _chain(
+            plan.actor, plan.actor_input.flatten(0, len(batch) - 1), plan.average
+        )
+        if plan.qvalue is None:
+            average_logits = average_logits[0]  # (logits, Q): the average policy's logits
+        average_logits = average_logits.unflatten(0, batch)
         next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
     return logits, q, average_logits, next_logits, next_q

@@ -206,6 +206,12 @@ class ACERConfig(RunConfig):
     activation: str = "tanh"
     """Continuous actions only: the hidden layers' activation, ``"tanh"`` or ``"relu"``
     (:func:`~ac_extensions.modules.make_continuous_actor_critic`)."""
+    share_torso: bool = False
+    """Discrete actions with vector observations only: one tanh MLP torso with a policy head
+    and a Q head (:func:`~ac_extensions.modules.make_acer_actor` with ``torso="mlp"``, the
+    layout of the paper's Atari network, Wang et al., 2017, arXiv:1611.01224v2, §6) instead of
+    separate policy and Q networks of ``hidden_sizes`` each. One torso pass instead of two per
+    update; image observations always share theirs."""
     normalize_observations: bool = False
     """Normalise vector observations by running mean and variance
     (:class:`~ac_extensions.modules.ObservationNormalizer`: (x − mean)/sqrt(var + 1e-8),
@@ -289,6 +295,11 @@ def build(config: ACERConfig):
     }
     # µ's full distribution is needed at replay time: copy its statistics under their own keys
     # (re-running the actor overwrites "logits" / "loc" / "scale").
+    if config.share_torso and continuous:
+        raise ValueError(
+            f"share_torso=True is for discrete actions; {config.env_id} has continuous actions "
+            f"(its actor and stochastic dueling network keep their own torsos)"
+        )
     if continuous:
         actor, critic = make_continuous_actor_critic(
             obs_dim,
@@ -305,6 +316,16 @@ def build(config: ACERConfig):
         loss = ContinuousACERLoss(actor, critic, **coefficients)
     elif torso_for(shape) != "mlp":  # images: one conv torso, policy and Q heads (§6)
         actor = make_acer_actor(shape, size, torso=torso_for(shape)).to(config.device)
+        statistics = ("logits",)
+        loss = ACERLoss(actor, None, **coefficients)
+    elif config.share_torso:  # one MLP torso, policy and Q heads
+        actor = make_acer_actor(
+            obs_dim,
+            size,
+            torso="mlp",
+            hidden_sizes=config.hidden_sizes,
+            observation_key=observation_key,
+        ).to(config.device)
         statistics = ("logits",)
         loss = ACERLoss(actor, None, **coefficients)
     else:

@@ -97,6 +97,58 @@ def test_fast_path_equals_the_general_path(actor_kind, data, calls):
     assert 0 < float(out["trust_region_active"]) <= 1  # the trust region binds somewhere
 
 
+def image_stream(shape=(3, 7), channels=4, seed=5):
+    """``consistent_stream`` with MinAtar-like [C, 10, 10] binary observations."""
+    td = sequences(shape, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    stream = (torch.rand(shape[0], shape[1] + 1, channels, 10, 10, generator=gen) < 0.2).float()
+    td["observation"], td["next", "observation"] = stream[:, :-1], stream[:, 1:].clone()
+    done = td["next", "done"].squeeze(-1)
+    td["next", "observation"][done] = torch.rand(int(done.sum()), channels, 10, 10, generator=gen)
+    return td
+
+
+@pytest.mark.parametrize("torso", ["mlp", "minatar"])
+@pytest.mark.parametrize("data", ["stream", "independent"])
+def test_fast_path_of_the_policy_plus_q_network_equals_the_general_path(torso, data, calls):
+    # One network writes logits and Q (make_acer_actor): the fast path calls its torso and
+    # heads in turn on tensors, the average policy part by part.
+    torch.manual_seed(0)
+    if torso == "mlp":
+        actor = make_acer_actor(OBS, ACT, hidden_sizes=(16, 16))
+        td = consistent_stream() if data == "stream" else sequences((4, 6), seed=3)
+    else:
+        actor = make_acer_actor((4, 10, 10), ACT, torso="minatar")
+        td = image_stream() if data == "stream" else image_stream((4, 6), seed=3)
+        if data == "independent":
+            td["next", "observation"] = (torch.rand_like(td["next", "observation"]) < 0.2).float()
+    fast, slow = pair(lambda: (actor, None), gamma=0.9, trust_region_delta=0.05)
+    perturb_average(fast)
+    slow.target_actor_network_params.update(fast.target_actor_network_params.clone())
+    assert fast.fast_path_blocker(td) is None
+    assert_same(fast, slow, td, calls)
+    if torso == "mlp":  # the perturbed average policy binds the trust region somewhere
+        assert 0 < float(fast(td.clone())["trust_region_active"]) <= 1
+
+
+def test_fast_path_of_the_policy_plus_q_network_follows_the_average_updates(calls):
+    torch.manual_seed(1)
+    actor = make_acer_actor(OBS, ACT, hidden_sizes=(16,))
+    fast, slow = pair(lambda: (actor, None))
+    td = consistent_stream()
+    optimizer = torch.optim.SGD(fast.parameters(), lr=0.5)
+    average = SoftUpdate(fast, eps=0.5)
+    for _ in range(3):
+        out = fast(td.clone())
+        optimizer.zero_grad()
+        (out["loss_objective"] + out["loss_critic"]).backward()
+        optimizer.step()
+        average.step()
+    calls["fast"] = 0
+    slow.target_actor_network_params.update(fast.target_actor_network_params.clone())
+    assert_same(fast, slow, td, calls)
+
+
 def test_fast_path_with_padding_and_another_lambda(calls):
     fast, slow = pair()
     for loss in (fast, slow):
@@ -130,7 +182,18 @@ def test_blockers():
     td = sequences()
     actor, qvalue = networks()
     assert ACERLoss(actor, qvalue).fast_path_blocker(td) is None
-    assert ACERLoss(make_acer_actor(OBS, ACT), None).fast_path_blocker(td) == "the actor writes Q"
+    assert ACERLoss(make_acer_actor(OBS, ACT), None).fast_path_blocker(td) is None
+    recurrent = ACERLoss(make_acer_actor(OBS, ACT, recurrent="gru"), None)
+    assert recurrent.fast_path_blocker(td) == "the networks are recurrent"
+    # A policy-plus-Q chain whose head reads another entry than the torso writes.
+    rewired = make_acer_actor(OBS, ACT)
+    rewired.module[0].module[1].in_keys = ["other"]
+    assert "part 1 of the actor's network reads 'other'" in ACERLoss(
+        rewired, None
+    ).fast_path_blocker(td)
+    hooked_part = make_acer_actor(OBS, ACT)
+    hooked_part.module[0].module[0].register_forward_hook(lambda *args: None)
+    assert "hooks" in ACERLoss(hooked_part, None).fast_path_blocker(td)
     hooked = ACERLoss(*networks())
     hooked.actor_network.register_forward_hook(lambda *args: None)
     assert "hooks" in hooked.fast_path_blocker(td)

@@ -127,8 +127,9 @@ def test_next_values_reuse_the_current_pass_exactly(shared, monkeypatch):
     # Same outputs and gradients as the full next pass, and fewer network inputs.
     torch.manual_seed(0)
     actor = make_acer_actor(OBS, ACT, hidden_sizes=(16,))
-    # (separate networks: the general path; the fast path has its own differential tests)
-    loss = ACERLoss(actor, None) if shared else ACERLoss(*split_networks(actor), fast_path=False)
+    # (the general path; the fast path has its own differential tests)
+    networks = (actor, None) if shared else split_networks(actor)
+    loss = ACERLoss(*networks, fast_path=False)
     gen = torch.Generator().manual_seed(2)
     stream = torch.randn(3, 8, OBS, generator=gen)
     td = sequences((3, 7), seed=4)

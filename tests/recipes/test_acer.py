@@ -77,6 +77,24 @@ def test_atari_ids_get_stacked_frames_and_the_cnn_policy_plus_q_network():
     assert out["behavior", "logits"].shape == (2, 6)
 
 
+@pytest.mark.timeout(120)
+def test_share_torso_builds_one_mlp_torso_with_policy_and_q_heads():
+    config = ACERConfig(share_torso=True, frames=640, replay_start=320, replay_ratio=2.0)
+    policy, loss_module, *_ = build(config)
+    assert isinstance(loss_module, ACERLoss) and loss_module._shared_head
+    linears = [m for m in policy.modules() if isinstance(m, torch.nn.Linear)]
+    # torso 4 → 64 → 64, then the policy and Q heads (64 → 2 each): one torso, not two.
+    assert [tuple(m.weight.shape) for m in linears] == [(64, 4), (64, 64), (2, 64), (2, 64)]
+    metrics = list(train(config))
+    assert sum(m["train/replay_updates"] for m in metrics) > 0
+    assert all(math.isfinite(m["train/on_policy/loss_critic"]) for m in metrics)
+
+
+def test_share_torso_is_refused_for_continuous_actions():
+    with pytest.raises(ValueError, match="share_torso=True is for discrete actions; Pendulum"):
+        build(ACERConfig(env_id="Pendulum-v1", share_torso=True))
+
+
 def test_reward_scale_is_validated():
     with pytest.raises(ValueError, match="reward_scale"):
         ACERConfig(reward_scale=0.0)
