@@ -32,6 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 VARIANTS: dict[str, tuple[str, dict]] = {
     "ppo": ("ppo", {"frames": 100_352}),
+    "ppo (1 thread)": ("ppo", {"frames": 100_352, "torch_threads": 1}),
     "acer": ("acer", {"frames": 60_000}),
     "acer (1 thread)": ("acer", {"frames": 60_000, "torch_threads": 1}),
     "acer (1 thread, replay 4 × 128)": (
@@ -45,6 +46,51 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "acer (1 thread, replay 2 × 128)": (
         "acer",
         {"frames": 60_000, "torch_threads": 1, "replay_ratio": 2.0, "batch_size": 128},
+    ),
+    "acer (1 thread, 8 envs, replay 2 × 128)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "envs_per_worker": 8,
+            "replay_ratio": 2.0,
+            "batch_size": 128,
+        },
+    ),
+    "acer (1 thread, 8 envs, replay 4 × 128)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "envs_per_worker": 8,
+            "replay_ratio": 4.0,
+            "batch_size": 128,
+        },
+    ),
+    "acer (1 thread, 8 envs, replay 2 × 256)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "envs_per_worker": 8,
+            "replay_ratio": 2.0,
+            "batch_size": 256,
+        },
+    ),
+    "acer (1 thread, shared torso)": (
+        "acer",
+        {"frames": 60_000, "torch_threads": 1, "share_torso": True},
+    ),
+    "acer (1 thread, shared torso, 8 envs, replay 2 × 128)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "share_torso": True,
+            "envs_per_worker": 8,
+            "replay_ratio": 2.0,
+            "batch_size": 128,
+        },
     ),
     "acer (async, 1 worker × 8 envs, 1 thread)": (
         "acer",
@@ -60,6 +106,14 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "reactor (8 frames per step, B 32)": (
         "reactor",
         {"frames": 60_000, "acting_steps_per_learning_step": 8.0, "batch_size": 32},
+    ),
+    "reactor (16 frames per step, B 64)": (
+        "reactor",
+        {"frames": 60_000, "acting_steps_per_learning_step": 16.0, "batch_size": 64},
+    ),
+    "reactor (32 frames per step, B 64)": (
+        "reactor",
+        {"frames": 60_000, "acting_steps_per_learning_step": 32.0, "batch_size": 64},
     ),
 }
 """Name → (recipe, config overrides). Defaults otherwise (``PPOConfig``, ``ACERConfig``,
