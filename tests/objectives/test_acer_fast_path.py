@@ -131,24 +131,6 @@ def test_fast_path_of_the_policy_plus_q_network_equals_the_general_path(torso, d
         assert 0 < float(fast(td.clone())["trust_region_active"]) <= 1
 
 
-def test_fast_path_of_the_policy_plus_q_network_follows_the_average_updates(calls):
-    torch.manual_seed(1)
-    actor = make_acer_actor(OBS, ACT, hidden_sizes=(16,))
-    fast, slow = pair(lambda: (actor, None))
-    td = consistent_stream()
-    optimizer = torch.optim.SGD(fast.parameters(), lr=0.5)
-    average = SoftUpdate(fast, eps=0.5)
-    for _ in range(3):
-        out = fast(td.clone())
-        optimizer.zero_grad()
-        (out["loss_objective"] + out["loss_critic"]).backward()
-        optimizer.step()
-        average.step()
-    calls["fast"] = 0
-    slow.target_actor_network_params.update(fast.target_actor_network_params.clone())
-    assert_same(fast, slow, td, calls)
-
-
 def test_fast_path_with_padding_and_another_lambda(calls):
     fast, slow = pair()
     for loss in (fast, slow):
@@ -161,8 +143,14 @@ def test_fast_path_with_padding_and_another_lambda(calls):
     assert_same(fast, slow, td, calls)
 
 
-def test_fast_path_follows_the_average_policy_updates(calls):
-    fast, slow = pair()
+def _shared_head():
+    torch.manual_seed(1)
+    return make_acer_actor(OBS, ACT, hidden_sizes=(16,)), None
+
+
+@pytest.mark.parametrize("layout", ["separate", "policy-plus-Q"])
+def test_fast_path_follows_the_average_policy_updates(layout, calls):
+    fast, slow = pair() if layout == "separate" else pair(_shared_head)
     td = consistent_stream()
     optimizer = torch.optim.SGD(fast.parameters(), lr=0.5)
     average = SoftUpdate(fast, eps=0.5)
