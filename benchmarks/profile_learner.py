@@ -8,6 +8,7 @@ writing priorities back plus the target-network step. Then ``torch.profiler`` ov
 steps for the heaviest ops and cProfile for the heaviest Python functions.
 
     python benchmarks/profile_learner.py --label after
+    python benchmarks/profile_learner.py --label general_path --general-path  # fast_path=False
     PYTHONPATH=/path/to/older/checkout python benchmarks/profile_learner.py --label before
 
 Each label writes ``benchmarks/results/reactor_learner_profile/<label>.json``; the markdown
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--general-path",
+        action="store_true",
+        help="ReactorLoss(fast_path=False): the networks through their TensorDict wrappers",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -93,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
 
     config = ReactorConfig.for_env(args.env, seed=1)
     _, loss, optimizer, target = build(config)
+    if args.general_path:
+        loss.fast_path = False
     replay = make_replay(config)
     fill(config, loss, replay, 3_000)
     for _ in range(5):  # warm-up
@@ -126,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python benchmarks/profile_learner.py", *map(shlex.quote, argv)]),
         "env": args.env,
         "source": str(Path(ac_extensions.__file__).parent),
+        "fast_path": loss.fast_path_blocker(replay.sample().reshape(-1, config.sequence_length))
+        or "taken",
         "steps": args.steps,
         "repeats": args.repeats,
         "cpu_ms_per_step": phases,
@@ -166,7 +176,9 @@ def summary(records: list[dict]) -> str:
     records = sorted(records, key=lambda r: r["label"])
     commands = "\n".join(f"- `{r['label']}`: `{command(r)}`" for r in records)
     details = "\n\n".join(
-        f"### {r['label']} ({r['env']}, code from `{r['source']}`)\n\n"
+        f"### {r['label']} ({r['env']}, code from `{r['source']}`"
+        + (f"; fast path: {r['fast_path']}" if "fast_path" in r else "")
+        + ")\n\n"
         f"torch ops (10 steps):\n\n```\n{r['torch_ops']}\n```\n\n"
         f"Python functions (20 steps, cumulative):\n\n```\n{r['python_functions']}\n```"
         for r in records

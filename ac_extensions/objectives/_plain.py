@@ -8,6 +8,10 @@ the module, and write one entry; these helpers say which wrappers qualify, or wh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
@@ -16,27 +20,33 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from tensordict.utils import NestedKey
-from torch import nn
+from torch import Tensor, nn
 from torchrl.modules import ValueOperator
 
 
-def plain_tensordict_module(module, *types, outputs: int = 1) -> str | None:
-    """Why ``module`` is not a plain one-in ``TensorDictModule`` over an nn.Module.
+def plain_tensordict_module(
+    module, *types, outputs: int | None = 1, inputs: int | None = 1
+) -> str | None:
+    """Why ``module`` is not a plain ``TensorDictModule`` over an nn.Module.
 
     Args:
         module: the wrapper to inspect.
         *types: the wrapper classes accepted (exactly, not their subclasses).
-        outputs: the number of entries it must write (its module returns a tuple if > 1).
+        outputs: the number of entries it must write (its module returns a tuple if > 1);
+            ``None``: any number.
+        inputs: the number of entries it must read (positional arguments of its module, in
+            order); ``None``: any number.
 
     Returns:
         ``None`` if it qualifies, else the reason.
     """
     if type(module) not in types:
         return f"{type(module).__name__} is not one of {[t.__name__ for t in types]}"
-    if len(module.in_keys) != 1 or len(module.out_keys) != outputs:
-        return f"{type(module).__name__} does not map one entry to {outputs} entr" + (
-            "y" if outputs == 1 else "ies"
-        )
+    name = type(module).__name__
+    if inputs is not None and len(module.in_keys) != inputs:
+        return f"{name} reads {len(module.in_keys)} entries, not {inputs}"
+    if outputs is not None and len(module.out_keys) != outputs:
+        return f"{name} writes {len(module.out_keys)} entries, not {outputs}"
     if module._kwargs is not None or module.method is not None or module.method_kwargs:
         return f"{type(module).__name__} calls its module with keyword arguments or a method"
     if not isinstance(module.module, nn.Module) or isinstance(module.module, TensorDictModuleBase):
@@ -136,3 +146,129 @@ def plain_chain(
 def has_hooks(wrappers) -> bool:
     """Whether any of ``wrappers`` has a forward (pre-)hook the fast path would skip."""
     return any(w._forward_hooks or w._forward_pre_hooks for w in wrappers)
+
+
+@dataclass(frozen=True)
+class PlainGraph:
+    """Plain networks that read and write named entries, run on a dict of tensors.
+
+    What a ``TensorDictSequential`` of plain ``TensorDictModule`` wrappers computes, without
+    the TensorDicts: each step calls its module on the entries it reads (in order) and stores
+    what it returns under the entries it writes. Built by :func:`plain_graph`.
+    """
+
+    steps: tuple[tuple[nn.Module, tuple[NestedKey, ...], tuple[NestedKey, ...]], ...]
+    """(module, entries read, entries written), in the order the sequence runs them."""
+    inputs: tuple[NestedKey, ...]
+    """The entries read that no step writes: what :meth:`run` needs."""
+    wrappers: tuple[nn.Module, ...]
+    """The TensorDict modules whose hooks running the graph bypasses."""
+    owner: nn.Module
+    """The module the graph came from (for :meth:`parameters_by_step`)."""
+
+    def needed(self, outputs: Sequence[NestedKey]) -> tuple[int, ...]:
+        """The indices of the steps that ``outputs`` depend on, in order."""
+        wanted, kept = set(outputs), []
+        for index in reversed(range(len(self.steps))):
+            _, reads, writes = self.steps[index]
+            if wanted.intersection(writes):
+                kept.append(index)
+                wanted.update(reads)
+        return tuple(reversed(kept))
+
+    def parameters_by_step(self, params) -> list[dict[str, Tensor]]:
+        """``params`` as one ``{name: tensor}`` per step, by the step module's own names.
+
+        Args:
+            params: a TensorDict of :attr:`owner`'s parameters and buffers, as TorchRL's losses
+                keep them (e.g. a loss's target parameters).
+        """
+        flat = params.flatten_keys(".")
+        named = {id(m): name for name, m in self.owner.named_modules()}
+        out = []
+        for module, _, _ in self.steps:
+            prefix = named[id(module)] + "."
+            out.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
+        return out
+
+    def run(
+        self,
+        values: dict[NestedKey, Tensor],
+        outputs: Sequence[NestedKey],
+        params: list[dict[str, Tensor]] | None = None,
+    ) -> tuple[Tensor, ...]:
+        """The ``outputs`` computed from ``values`` (holding at least :attr:`inputs`).
+
+        Only the steps the outputs depend on run. With ``params`` (from
+        :meth:`parameters_by_step`) every step runs under them through
+        ``torch.func.functional_call``; otherwise under its own parameters.
+        """
+        values = dict(values)
+        for index in self.needed(outputs):
+            module, reads, writes = self.steps[index]
+            args = tuple(values[key] for key in reads)
+            if params is None or not params[index]:
+                result = module(*args)
+            else:
+                result = torch.func.functional_call(module, params[index], args)
+            if len(writes) == 1:
+                values[writes[0]] = result
+            else:
+                values.update(zip(writes, result, strict=True))
+        return tuple(values[key] for key in outputs)
+
+
+def plain_graph(wrapper, out_keys: Sequence[NestedKey]) -> PlainGraph | str:
+    """The plain networks inside ``wrapper`` that compute ``out_keys``, or why not.
+
+    For networks that are not one chain, such as Reactor's feed-forward network
+    (:func:`~ac_extensions.modules.make_reactor_actor` with ``recurrent=False``: a torso, a
+    gradient stop, a policy and a critic branch, then heads reading both). Accepted:
+    ``wrapper`` is a plain ``TensorDictModule`` / ``ValueOperator``, an exact
+    ``TensorDictSequential`` of plain ``TensorDictModule`` wrappers (any number of entries
+    read and written each, the module called with the entries read, in order, and returning
+    one tensor per entry written), or a ``ProbabilisticTensorDictSequential`` (e.g. TorchRL's
+    ``ProbabilisticActor``) of one of those and its distribution module, whose distribution
+    parameters are the network's outputs. No entry may be written by two steps.
+
+    Returns:
+        The :class:`PlainGraph`, or the reason as a string.
+    """
+    owner, body = wrapper, wrapper
+    wrappers: tuple[nn.Module, ...] = (wrapper,)
+    if isinstance(wrapper, ProbabilisticTensorDictSequential):
+        if len(wrapper.module) != 2 or not isinstance(
+            wrapper.module[1], ProbabilisticTensorDictModule
+        ):
+            return "the actor is not a probabilistic sequence of a network and a distribution"
+        if wrapper.return_composite or (
+            type(wrapper).get_dist_params is not ProbabilisticTensorDictSequential.get_dist_params
+        ):
+            return "the actor computes its distribution parameters in its own way"
+        body = wrapper.module[0]
+        wrappers = (*wrappers, *wrapper.module)
+    if type(body) is TensorDictSequential:
+        parts = list(body.module)
+        wrappers = (*wrappers, *parts)
+    else:
+        parts = [body]
+    if not parts:
+        return "the network is an empty sequence"
+    steps, inputs, written = [], [], set()
+    for index, part in enumerate(parts):
+        reason = plain_tensordict_module(
+            part, TensorDictModule, ValueOperator, outputs=None, inputs=None
+        )
+        if reason is not None:
+            return f"part {index} of the network: {reason}"
+        reads, writes = tuple(part.in_keys), tuple(part.out_keys)
+        for key in writes:
+            if key in written:
+                return f"part {index} of the network writes {key!r} again"
+        inputs.extend(k for k in reads if k not in written and k not in inputs)
+        written.update(writes)
+        steps.append((part.module, reads, writes))
+    missing = [key for key in out_keys if key not in written]
+    if missing:
+        return f"the network writes no {missing}"
+    return PlainGraph(tuple(steps), tuple(inputs), wrappers, owner)

@@ -14,10 +14,13 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
+from ac_extensions.objectives._plain import PlainGraph, has_hooks, plain_graph
 from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
     cut_traces_at_padding,
+    fresh_next_steps,
+    holds_parameters,
     is_recurrent,
     joint_inputs,
     masked_mean,
@@ -139,6 +142,16 @@ class ReactorLoss(LossModule):
     behaviour before; cheaper, but stale by as many updates as the data is old). Either way a
     truncated episode end inside the window reads its stored next state.
 
+    Fast path (:attr:`fast_path`, on by default): with feed-forward networks made of plain
+    TensorDict wrappers (``TensorDictModule`` / ``ValueOperator`` over ``nn.Module``s, alone,
+    in an exact ``TensorDictSequential`` or inside a ``ProbabilisticActor``; e.g.
+    :func:`~ac_extensions.modules.make_reactor_actor` with ``recurrent=False``), no forward
+    hooks on the wrappers and the loss's parameters being the networks' own, the networks run
+    on plain tensors (the target network through ``torch.func.functional_call``, only the
+    steps the critic depends on): the same outputs and gradients without the TensorDict
+    plumbing, which costs more than the arithmetic of small networks on CPU.
+    :meth:`fast_path_blocker` says why an input does not take it.
+
     Args:
         actor_network: module writing the policy logits (``logits``, [*B, T, A]); a TorchRL
             ``ProbabilisticActor`` works (its distribution parameters are used).
@@ -163,6 +176,8 @@ class ReactorLoss(LossModule):
             q*_t and q(x_t, a_t); distributional only) or ``"td"`` (|G_t − Q(x_t, a_t)|).
         bootstrap_states: ``"unroll"`` or ``"stored"``: where a recurrent network's state at
             x_{t+1} comes from (see above; no effect on feed-forward networks).
+        fast_path: take the fast path where it applies (above); ``False`` always runs the
+            networks through their TensorDict wrappers. Also the attribute :attr:`fast_path`.
 
     Example:
         >>> import torch
@@ -213,6 +228,7 @@ class ReactorLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_keys = _AcceptedKeys
+    fast_path: bool = True
     actor_network: TensorDictModule
     critic_network: TensorDictModule
     actor_network_params: TensorDictParams
@@ -237,6 +253,7 @@ class ReactorLoss(LossModule):
         priority_eta: float = 0.0,
         priority_metric: str = "auto",
         bootstrap_states: str = "unroll",
+        fast_path: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("priority_eta", priority_eta)):
@@ -277,6 +294,7 @@ class ReactorLoss(LossModule):
             priority_metric = "tv" if distributional else "td"
         self.priority_metric = priority_metric
         self.bootstrap_states = bootstrap_states
+        self.fast_path = fast_path
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms))
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
         self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)))
@@ -437,6 +455,75 @@ class ReactorLoss(LossModule):
         logits = self._actor(tensordict, self.actor_network_params).get(self.tensor_keys.logits)
         return logits, self._critic(tensordict, self._target_params())
 
+    # ------------------------------------------------------------------ fast path
+    def fast_path_blocker(self, tensordict: TensorDictBase) -> str | None:
+        """Why :meth:`forward` would not take the fast path on ``tensordict``, or ``None``.
+
+        Args:
+            tensordict: a batch as for :meth:`forward`, ``[B, T]`` or ``[T]`` (not validated
+                here).
+
+        Returns:
+            ``None`` when the fast path applies, else the first condition (class doc) that
+            fails.
+        """
+        if not self.fast_path:
+            return "fast_path is off"
+        if tensordict.batch_dims == 1:
+            tensordict = tensordict.unsqueeze(0)
+        plan = self._fast_plan(tensordict)
+        return plan if isinstance(plan, str) else None
+
+    def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
+        """The plain networks and their inputs for the fast path, or why it does not apply."""
+        if self._recurrent:
+            return "the networks are recurrent"
+        for name in ("_actor", "_critic_pass", "_critic", "_online", "_target_params"):
+            if getattr(type(self), name) is not getattr(ReactorLoss, name):
+                return f"a subclass overrides {name}"
+        graphs = self._plain_graphs()
+        if isinstance(graphs, str):
+            return graphs
+        actor, critic = graphs
+        nxt, batch = tensordict.get("next"), tensordict.batch_size
+        pairs = {}
+        for key in dict.fromkeys((*actor.inputs, *critic.inputs)):
+            now, later = tensordict.get(key, None), nxt.get(key, None)
+            for value in (now, later):
+                if not isinstance(value, Tensor) or value.shape[: len(batch)] != batch:
+                    return f"the network input {key!r} is not a tensor of batch shape {batch}"
+            pairs[key] = (now, later)
+        return _FastPlan(
+            actor,
+            critic,
+            critic.parameters_by_step(self._target_params()),
+            pairs,
+            self.tensor_keys.logits,
+            self._critic_key,
+        )
+
+    def _plain_graphs(self) -> tuple[PlainGraph, PlainGraph] | str:
+        """The fast path's actor and critic graphs (the same one if shared), or why not."""
+        keys, critic_key = self.tensor_keys, self._critic_key
+        if self._shared_head:
+            actor = plain_graph(self.actor_network, [keys.logits, critic_key])
+            if isinstance(actor, str):
+                return f"actor (writing the critic): {actor}"
+            critic, owned = actor, True
+        else:
+            actor = plain_graph(self.actor_network, [keys.logits])
+            if isinstance(actor, str):
+                return f"actor: {actor}"
+            critic = plain_graph(self.critic_network, [critic_key])
+            if isinstance(critic, str):
+                return f"critic: {critic}"
+            owned = holds_parameters(self.critic_network, self.critic_network_params)
+        if has_hooks((*actor.wrappers, *critic.wrappers)):
+            return "a TensorDict wrapper of the networks has forward hooks"
+        if not (owned and holds_parameters(self.actor_network, self.actor_network_params)):
+            return "the loss's parameters are not its networks' own"
+        return actor, critic
+
     # ------------------------------------------------------------------ validation
     def _fail_missing(self, tensordict: TensorDictBase, key: NestedKey, why: str) -> None:
         raise KeyError(
@@ -534,8 +621,20 @@ class ReactorLoss(LossModule):
         tensordict = cut_traces_at_padding(tensordict, valid_mask(self, tensordict), keys.done)
         nxt = tensordict.get("next")
         batch = tensordict.batch_size
+        plan = None if self._recurrent or not self.fast_path else self._fast_plan(tensordict)
         if self._recurrent:
             logits, critic, online_pass = self._online(tensordict)
+        elif isinstance(plan, _FastPlan):  # the same joint pass on plain tensors
+            fresh = fresh_next_steps(nxt.get(keys.done), plan.pairs.values())
+            joint = {
+                key: torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
+                for key, (now, later) in plan.pairs.items()
+            }
+            joint_logits, joint_critic = plan.online(joint)
+            (logits, fresh_logits), (critic, _) = (
+                split_joint(joint_logits, batch),
+                split_joint(joint_critic, batch),
+            )
         else:  # one pass over x_t and the next observations not in the window (joint_inputs)
             fresh = next_step_plan(tensordict, nxt, self._network_in_keys(), keys.done)
             joint = joint_inputs(tensordict, nxt, fresh, self._network_in_keys())
@@ -553,7 +652,10 @@ class ReactorLoss(LossModule):
         support = self.support.to(dtype)
         with torch.no_grad():
             if not self._recurrent:
-                target_joint = self._critic(joint, self._target_params())
+                if isinstance(plan, _FastPlan):
+                    target_joint = plan.target(joint)
+                else:
+                    target_joint = self._critic(joint, self._target_params())
                 target_now, fresh_target = split_joint(target_joint, batch)
                 next_logits, target_next = assemble_next(
                     (logits, target_now), (fresh_logits, fresh_target), fresh
@@ -735,3 +837,28 @@ class ReactorLoss(LossModule):
             },
             batch_size=[],
         )
+
+
+@dataclass
+class _FastPlan:
+    """One call's fast path: the plain networks, the target parameters and the inputs."""
+
+    actor: PlainGraph  # writes the logits (and, shared, the critic's output)
+    critic: PlainGraph  # writes the critic's output (the actor's graph if shared)
+    target_params: list[dict[str, Tensor]]  # the critic's target parameters, per step
+    pairs: dict[NestedKey, tuple[Tensor, Tensor]]  # input: (at x_t, at x_{t+1}), [*B, T, ...]
+    logits_key: NestedKey
+    critic_key: NestedKey
+
+    def online(self, joint: dict[NestedKey, Tensor]) -> tuple[Tensor, Tensor]:
+        """Policy logits [N, A] and critic output [N, A(, atoms)] of the online networks."""
+        if self.critic is self.actor:
+            logits, critic = self.actor.run(joint, [self.logits_key, self.critic_key])
+            return logits, critic
+        (logits,) = self.actor.run(joint, [self.logits_key])
+        (critic,) = self.critic.run(joint, [self.critic_key])
+        return logits, critic
+
+    def target(self, joint: dict[NestedKey, Tensor]) -> Tensor:
+        """The critic's output under the target parameters (only the steps it needs)."""
+        return self.critic.run(joint, [self.critic_key], self.target_params)[0]
