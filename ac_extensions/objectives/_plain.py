@@ -54,6 +54,28 @@ def plain_tensordict_module(
     return None
 
 
+def _unwrap_actor(wrapper) -> tuple[nn.Module, tuple[nn.Module, ...]] | str:
+    """The network module inside a probabilistic actor (or ``wrapper`` itself), or why not.
+
+    A ``ProbabilisticTensorDictSequential`` (e.g. TorchRL's ``ProbabilisticActor``) qualifies
+    when it is one network module followed by its distribution module and its distribution
+    parameters (``get_dist_params``, what the losses read) are that module's outputs.
+
+    Returns:
+        ``(network module, wrappers)``: the wrappers whose hooks a fast path would bypass so
+        far (the actor and its two modules, or ``wrapper`` alone); or the reason as a string.
+    """
+    if not isinstance(wrapper, ProbabilisticTensorDictSequential):
+        return wrapper, (wrapper,)
+    if len(wrapper.module) != 2 or not isinstance(wrapper.module[1], ProbabilisticTensorDictModule):
+        return "the actor is not a probabilistic sequence of a network and a distribution"
+    if wrapper.return_composite or (
+        type(wrapper).get_dist_params is not ProbabilisticTensorDictSequential.get_dist_params
+    ):
+        return "the actor computes its distribution parameters in its own way"
+    return wrapper.module[0], (wrapper, *wrapper.module)
+
+
 def plain_network(
     wrapper, out_key: NestedKey
 ) -> tuple[nn.Module, NestedKey, tuple[nn.Module, ...]] | str:
@@ -68,21 +90,10 @@ def plain_network(
         ``(network, input key, wrappers)`` (the wrappers whose hooks the fast path would
         bypass), or the reason as a string.
     """
-    wrappers: tuple[nn.Module, ...] = (wrapper,)
-    body = wrapper
-    if isinstance(wrapper, ProbabilisticTensorDictSequential):
-        if len(wrapper.module) != 2 or not isinstance(
-            wrapper.module[1], ProbabilisticTensorDictModule
-        ):
-            return "the actor is not a probabilistic sequence of a network and a distribution"
-        if (
-            wrapper.return_composite
-            or type(wrapper).get_dist_params
-            is not ProbabilisticTensorDictSequential.get_dist_params
-        ):
-            return "the actor computes its distribution parameters in its own way"
-        body = wrapper.module[0]
-        wrappers = (wrapper, *wrapper.module)
+    unwrapped = _unwrap_actor(wrapper)
+    if isinstance(unwrapped, str):
+        return unwrapped
+    body, wrappers = unwrapped
     reason = plain_tensordict_module(body, TensorDictModule, ValueOperator)
     if reason is not None:
         return reason
@@ -112,14 +123,10 @@ def plain_chain(
     """
     if not isinstance(wrapper, ProbabilisticTensorDictSequential):
         return f"{type(wrapper).__name__} is not a probabilistic actor"
-    if len(wrapper.module) != 2 or not isinstance(wrapper.module[1], ProbabilisticTensorDictModule):
-        return "the actor is not a probabilistic sequence of a network and a distribution"
-    if wrapper.return_composite or (
-        type(wrapper).get_dist_params is not ProbabilisticTensorDictSequential.get_dist_params
-    ):
-        return "the actor computes its distribution parameters in its own way"
-    body = wrapper.module[0]
-    wrappers: tuple[nn.Module, ...] = (wrapper, *wrapper.module)
+    unwrapped = _unwrap_actor(wrapper)
+    if isinstance(unwrapped, str):
+        return unwrapped
+    body, wrappers = unwrapped
     if type(body) is TensorDictSequential:
         parts = list(body.module)
         wrappers = (*wrappers, *parts)
@@ -234,19 +241,10 @@ def plain_graph(wrapper, out_keys: Sequence[NestedKey]) -> PlainGraph | str:
     Returns:
         The :class:`PlainGraph`, or the reason as a string.
     """
-    owner, body = wrapper, wrapper
-    wrappers: tuple[nn.Module, ...] = (wrapper,)
-    if isinstance(wrapper, ProbabilisticTensorDictSequential):
-        if len(wrapper.module) != 2 or not isinstance(
-            wrapper.module[1], ProbabilisticTensorDictModule
-        ):
-            return "the actor is not a probabilistic sequence of a network and a distribution"
-        if wrapper.return_composite or (
-            type(wrapper).get_dist_params is not ProbabilisticTensorDictSequential.get_dist_params
-        ):
-            return "the actor computes its distribution parameters in its own way"
-        body = wrapper.module[0]
-        wrappers = (*wrappers, *wrapper.module)
+    unwrapped = _unwrap_actor(wrapper)
+    if isinstance(unwrapped, str):
+        return unwrapped
+    body, wrappers = unwrapped
     if type(body) is TensorDictSequential:
         parts = list(body.module)
         wrappers = (*wrappers, *parts)
@@ -271,4 +269,4 @@ def plain_graph(wrapper, out_keys: Sequence[NestedKey]) -> PlainGraph | str:
     missing = [key for key in out_keys if key not in written]
     if missing:
         return f"the network writes no {missing}"
-    return PlainGraph(tuple(steps), tuple(inputs), wrappers, owner)
+    return PlainGraph(tuple(steps), tuple(inputs), wrappers, wrapper)
