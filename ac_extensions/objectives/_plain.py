@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import (
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
@@ -76,6 +77,26 @@ def _unwrap_actor(wrapper) -> tuple[nn.Module, tuple[nn.Module, ...]] | str:
     return wrapper.module[0], (wrapper, *wrapper.module)
 
 
+def _network_parts(wrapper) -> tuple[list, tuple[nn.Module, ...]] | str:
+    """The modules of the network inside ``wrapper`` (:func:`_unwrap_actor`), or why not.
+
+    Returns:
+        ``(modules, wrappers)``: the modules of an exact ``TensorDictSequential`` (else the
+        network module alone), and the wrappers whose hooks a fast path would bypass (those
+        modules included); or the reason as a string.
+    """
+    unwrapped = _unwrap_actor(wrapper)
+    if isinstance(unwrapped, str):
+        return unwrapped
+    body, wrappers = unwrapped
+    if type(body) is not TensorDictSequential:
+        return [body], wrappers
+    parts = list(body.module)
+    if not parts:
+        return "the network is an empty sequence"
+    return parts, (*wrappers, *parts)
+
+
 def plain_network(
     wrapper, out_key: NestedKey
 ) -> tuple[nn.Module, NestedKey, tuple[nn.Module, ...]] | str:
@@ -123,17 +144,10 @@ def plain_chain(
     """
     if not isinstance(wrapper, ProbabilisticTensorDictSequential):
         return f"{type(wrapper).__name__} is not a probabilistic actor"
-    unwrapped = _unwrap_actor(wrapper)
-    if isinstance(unwrapped, str):
-        return unwrapped
-    body, wrappers = unwrapped
-    if type(body) is TensorDictSequential:
-        parts = list(body.module)
-        wrappers = (*wrappers, *parts)
-    else:
-        parts = [body]
-    if not parts:
-        return "the actor's network is an empty sequence"
+    split = _network_parts(wrapper)
+    if isinstance(split, str):
+        return split
+    parts, wrappers = split
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         outputs = len(out_keys) if last else 1
@@ -148,6 +162,35 @@ def plain_chain(
     if list(parts[-1].out_keys) != list(out_keys):
         return f"the actor's network writes {list(parts[-1].out_keys)}, not {list(out_keys)}"
     return tuple(p.module for p in parts), parts[0].in_keys[0], wrappers
+
+
+class FastPathMixin:
+    """``fast_path`` and :meth:`fast_path_blocker` of a loss with a fast path.
+
+    The loss defines ``_fast_plan(tensordict)``: its plan for a ``[B, T]`` batch, or the
+    reason (a string) why the fast path does not apply.
+    """
+
+    fast_path: bool = True
+    """Take the fast path where it applies (``False``: always the general path)."""
+
+    def fast_path_blocker(self, tensordict: TensorDictBase) -> str | None:
+        """Why ``forward`` would not take the fast path on ``tensordict``, or ``None``.
+
+        Args:
+            tensordict: a batch as for ``forward``, ``[B, T]`` or ``[T]`` (not validated
+                here).
+
+        Returns:
+            ``None`` when the fast path applies, else the first condition (the loss's class
+            doc) that fails.
+        """
+        if not self.fast_path:
+            return "fast_path is off"
+        if tensordict.batch_dims == 1:
+            tensordict = tensordict.unsqueeze(0)
+        plan = self._fast_plan(tensordict)
+        return plan if isinstance(plan, str) else None
 
 
 def has_hooks(wrappers) -> bool:
@@ -241,17 +284,10 @@ def plain_graph(wrapper, out_keys: Sequence[NestedKey]) -> PlainGraph | str:
     Returns:
         The :class:`PlainGraph`, or the reason as a string.
     """
-    unwrapped = _unwrap_actor(wrapper)
-    if isinstance(unwrapped, str):
-        return unwrapped
-    body, wrappers = unwrapped
-    if type(body) is TensorDictSequential:
-        parts = list(body.module)
-        wrappers = (*wrappers, *parts)
-    else:
-        parts = [body]
-    if not parts:
-        return "the network is an empty sequence"
+    split = _network_parts(wrapper)
+    if isinstance(split, str):
+        return split
+    parts, wrappers = split
     steps, inputs, written = [], [], set()
     for index, part in enumerate(parts):
         reason = plain_tensordict_module(

@@ -14,7 +14,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import has_hooks, plain_chain, plain_network
+from ac_extensions.objectives._plain import FastPathMixin, has_hooks, plain_chain, plain_network
 from ac_extensions.objectives._replay import (
     assemble_next,
     burn_in,
@@ -33,7 +33,7 @@ from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
 
-class ACERLoss(LossModule):
+class ACERLoss(FastPathMixin, LossModule):
     """ACER: Retrace critic, truncated IS with bias correction, efficient trust region.
 
     Input: sequences ``[B, T]`` (or ``[T]``), fresh or replayed, holding ``observation``,
@@ -143,8 +143,6 @@ class ACERLoss(LossModule):
 
     default_keys = _AcceptedKeys
     default_value_estimator = ACValueEstimators.Retrace
-    fast_path: bool = True
-    """Run plain feed-forward networks on tensors where that gives the same result (class doc)."""
     SUPPORTED_VALUE_ESTIMATORS = (ACValueEstimators.Retrace,)
     actor_network: TensorDictModule
     qvalue_network: TensorDictModule
@@ -446,24 +444,6 @@ class ACERLoss(LossModule):
         return estimator(estimate).get(estimator.tensor_keys.value_target)
 
     # ------------------------------------------------------------------ fast path
-    def fast_path_blocker(self, tensordict: TensorDictBase) -> str | None:
-        """Why :meth:`forward` would not take the fast path on ``tensordict``, or ``None``.
-
-        Args:
-            tensordict: a batch as for :meth:`forward`, ``[B, T]`` or ``[T]`` (not validated
-                here).
-
-        Returns:
-            ``None`` when the fast path applies, else the first condition (class doc) that
-            fails.
-        """
-        if not self.fast_path:
-            return "fast_path is off"
-        if tensordict.batch_dims == 1:
-            tensordict = tensordict.unsqueeze(0)
-        plan = self._fast_plan(tensordict)
-        return plan if isinstance(plan, str) else None
-
     def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
         """The plain networks and their inputs for the fast path, or why it does not apply."""
         if self._recurrent:

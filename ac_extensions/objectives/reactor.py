@@ -14,7 +14,7 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import PlainGraph, has_hooks, plain_graph
+from ac_extensions.objectives._plain import FastPathMixin, PlainGraph, has_hooks, plain_graph
 from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
@@ -51,7 +51,7 @@ class _Terms:
     chosen_distribution: Tensor | None  # q(x_t, a_t, ·), online, detached [*B, T, N]; ND: None
 
 
-class ReactorLoss(LossModule):
+class ReactorLoss(FastPathMixin, LossModule):
     """Reactor: distributional Retrace critic with a target network and β-LOO policy gradient.
 
     Input: replayed sequences ``[B, T]`` (or one sequence ``[T]``) holding the network inputs
@@ -228,7 +228,6 @@ class ReactorLoss(LossModule):
         priority_weight: NestedKey = "priority_weight"
 
     default_keys = _AcceptedKeys
-    fast_path: bool = True
     actor_network: TensorDictModule
     critic_network: TensorDictModule
     actor_network_params: TensorDictParams
@@ -456,24 +455,6 @@ class ReactorLoss(LossModule):
         return logits, self._critic(tensordict, self._target_params())
 
     # ------------------------------------------------------------------ fast path
-    def fast_path_blocker(self, tensordict: TensorDictBase) -> str | None:
-        """Why :meth:`forward` would not take the fast path on ``tensordict``, or ``None``.
-
-        Args:
-            tensordict: a batch as for :meth:`forward`, ``[B, T]`` or ``[T]`` (not validated
-                here).
-
-        Returns:
-            ``None`` when the fast path applies, else the first condition (class doc) that
-            fails.
-        """
-        if not self.fast_path:
-            return "fast_path is off"
-        if tensordict.batch_dims == 1:
-            tensordict = tensordict.unsqueeze(0)
-        plan = self._fast_plan(tensordict)
-        return plan if isinstance(plan, str) else None
-
     def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
         """The plain networks and their inputs for the fast path, or why it does not apply."""
         if self._recurrent:
