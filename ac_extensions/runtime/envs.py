@@ -160,7 +160,9 @@ class MinAtarObservation(gym.ObservationWrapper):
 
     def observation(self, observation):
         """``[10, 10, C]`` bool → ``[C, 10, 10]`` float32."""
-        return np.ascontiguousarray(np.moveaxis(observation, -1, 0), dtype=np.float32)
+        # transpose with explicit axes: ~2 µs against ~10 µs for np.moveaxis (it normalises
+        # its axis arguments on every call), paid per env and per step.
+        return np.ascontiguousarray(observation.transpose(2, 0, 1), dtype=np.float32)
 
 
 class Float32Observation(gym.ObservationWrapper):
