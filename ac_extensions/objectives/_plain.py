@@ -210,7 +210,7 @@ class PlainGraph:
     steps: tuple[tuple[nn.Module, tuple[NestedKey, ...], tuple[NestedKey, ...]], ...]
     """(module, entries read, entries written), in the order the sequence runs them."""
     inputs: tuple[NestedKey, ...]
-    """The entries read that no step writes: what :meth:`run` needs."""
+    """The entries read before any step writes them: what :meth:`run` needs."""
     wrappers: tuple[nn.Module, ...]
     """The TensorDict modules whose hooks running the graph bypasses."""
     owner: nn.Module
