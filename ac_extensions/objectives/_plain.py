@@ -193,6 +193,28 @@ class FastPathMixin:
         return plan if isinstance(plan, str) else None
 
 
+def parameters_by_module(
+    owner: nn.Module, modules: Sequence[nn.Module], params
+) -> list[dict[str, Tensor]]:
+    """``params`` of ``owner`` split into one ``{name: tensor}`` per submodule, by its own names.
+
+    For ``torch.func.functional_call`` on each of ``modules`` (submodules of ``owner``) under
+    parameters a TorchRL loss keeps for ``owner`` (e.g. its target or averaged parameters).
+
+    Args:
+        owner: the module ``params`` belong to.
+        modules: submodules of ``owner``.
+        params: a TensorDict of ``owner``'s parameters and buffers.
+    """
+    flat = params.flatten_keys(".")
+    named = {id(m): name for name, m in owner.named_modules()}
+    out = []
+    for module in modules:
+        prefix = named[id(module)] + "."
+        out.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
+    return out
+
+
 def has_hooks(wrappers) -> bool:
     """Whether any of ``wrappers`` has a forward (pre-)hook the fast path would skip."""
     return any(w._forward_hooks or w._forward_pre_hooks for w in wrappers)
@@ -233,13 +255,7 @@ class PlainGraph:
             params: a TensorDict of :attr:`owner`'s parameters and buffers, as TorchRL's losses
                 keep them (e.g. a loss's target parameters).
         """
-        flat = params.flatten_keys(".")
-        named = {id(m): name for name, m in self.owner.named_modules()}
-        out = []
-        for module, _, _ in self.steps:
-            prefix = named[id(module)] + "."
-            out.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
-        return out
+        return parameters_by_module(self.owner, [step[0] for step in self.steps], params)
 
     def run(
         self,

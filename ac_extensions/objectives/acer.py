@@ -14,7 +14,13 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import FastPathMixin, has_hooks, plain_chain, plain_network
+from ac_extensions.objectives._plain import (
+    FastPathMixin,
+    has_hooks,
+    parameters_by_module,
+    plain_chain,
+    plain_network,
+)
 from ac_extensions.objectives._replay import (
     assemble_next,
     burn_in,
@@ -466,12 +472,7 @@ class ACERLoss(FastPathMixin, LossModule):
                     return f"the network input {key!r} is not a tensor of batch shape {batch}"
                 inputs.append(value)
         # The average policy's parameters, by each part's own names, part by part.
-        flat = self.target_actor_network_params.flatten_keys(".")
-        named = dict(self.actor_network.named_modules())
-        average = []
-        for part in parts:
-            prefix = next(n for n, m in named.items() if m is part) + "."
-            average.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
+        average = parameters_by_module(self.actor_network, parts, self.target_actor_network_params)
         done = nxt.get(self.tensor_keys.done)
         return _FastPlan(parts, qvalue_net, *inputs, done, average)
 
