@@ -2,8 +2,10 @@
 
 A loss's fast path calls the ``nn.Module`` inside a TensorDict wrapper directly on tensors,
 skipping the wrapper's key plumbing (which costs more than a small network's arithmetic on
-CPU). That gives the same result only for wrappers that do nothing but read one entry, call
-the module, and write one entry; these helpers say which wrappers qualify, or why not.
+CPU). That gives the same result only for wrappers that do nothing but read entries, call
+the module on them and write what it returns; these helpers say which wrappers qualify, or
+why not (:func:`plain_graph`), and run them on dicts of tensors (:class:`PlainGraph`,
+:class:`PlainActorCritic`).
 """
 
 from __future__ import annotations
@@ -97,73 +99,6 @@ def _network_parts(wrapper) -> tuple[list, tuple[nn.Module, ...]] | str:
     return parts, (*wrappers, *parts)
 
 
-def plain_network(
-    wrapper, out_key: NestedKey
-) -> tuple[nn.Module, NestedKey, tuple[nn.Module, ...]] | str:
-    """The network inside ``wrapper`` that maps its one input to ``out_key``, or why not.
-
-    Accepted: a plain ``TensorDictModule`` / ``ValueOperator`` (:func:`plain_tensordict_module`),
-    or a ``ProbabilisticTensorDictSequential`` (e.g. TorchRL's ``ProbabilisticActor``) of such a
-    module followed by its distribution module, whose distribution parameters
-    (``get_dist_params``, what the losses read) are that module's output.
-
-    Returns:
-        ``(network, input key, wrappers)`` (the wrappers whose hooks the fast path would
-        bypass), or the reason as a string.
-    """
-    unwrapped = _unwrap_actor(wrapper)
-    if isinstance(unwrapped, str):
-        return unwrapped
-    body, wrappers = unwrapped
-    reason = plain_tensordict_module(body, TensorDictModule, ValueOperator)
-    if reason is not None:
-        return reason
-    if body.out_keys[0] != out_key:
-        return f"it writes {body.out_keys[0]!r}, not {out_key!r}"
-    return body.module, body.in_keys[0], wrappers
-
-
-def plain_chain(
-    wrapper, out_keys: list[NestedKey]
-) -> tuple[tuple[nn.Module, ...], NestedKey, tuple[nn.Module, ...]] | str:
-    """The networks inside ``wrapper`` that, called in turn, map its one input to ``out_keys``.
-
-    For an actor that writes several entries in one pass, such as ACER's policy-plus-Q network
-    (:func:`~ac_extensions.modules.make_acer_actor`: a torso module writing ``features``, then a
-    head module writing ``logits`` and ``action_value``). Accepted: a
-    ``ProbabilisticTensorDictSequential`` of one network part and its distribution module (as
-    :func:`plain_network`), where the part is either one plain ``TensorDictModule`` writing
-    ``out_keys``, or an exact ``TensorDictSequential`` of plain ``TensorDictModule`` wrappers,
-    each reading the one entry the one before wrote, the last writing ``out_keys`` (its module
-    returning them as a tuple, in that order).
-
-    Returns:
-        ``(networks, input key, wrappers)``: calling the networks one after the other on the
-        input tensor gives the tuple of ``out_keys``; ``wrappers`` are the TensorDict modules
-        whose hooks the fast path would bypass. Or the reason as a string.
-    """
-    if not isinstance(wrapper, ProbabilisticTensorDictSequential):
-        return f"{type(wrapper).__name__} is not a probabilistic actor"
-    split = _network_parts(wrapper)
-    if isinstance(split, str):
-        return split
-    parts, wrappers = split
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        outputs = len(out_keys) if last else 1
-        reason = plain_tensordict_module(part, TensorDictModule, outputs=outputs)
-        if reason is not None:
-            return f"part {index} of the actor's network: {reason}"
-        if index and list(part.in_keys) != list(parts[index - 1].out_keys):
-            return (
-                f"part {index} of the actor's network reads {part.in_keys[0]!r}, not what "
-                f"part {index - 1} writes ({parts[index - 1].out_keys[0]!r})"
-            )
-    if list(parts[-1].out_keys) != list(out_keys):
-        return f"the actor's network writes {list(parts[-1].out_keys)}, not {list(out_keys)}"
-    return tuple(p.module for p in parts), parts[0].in_keys[0], wrappers
-
-
 class FastPathMixin:
     """``fast_path`` and :meth:`fast_path_blocker` of a loss with a fast path.
 
@@ -191,28 +126,6 @@ class FastPathMixin:
             tensordict = tensordict.unsqueeze(0)
         plan = self._fast_plan(tensordict)
         return plan if isinstance(plan, str) else None
-
-
-def parameters_by_module(
-    owner: nn.Module, modules: Sequence[nn.Module], params
-) -> list[dict[str, Tensor]]:
-    """``params`` of ``owner`` split into one ``{name: tensor}`` per submodule, by its own names.
-
-    For ``torch.func.functional_call`` on each of ``modules`` (submodules of ``owner``) under
-    parameters a TorchRL loss keeps for ``owner`` (e.g. its target or averaged parameters).
-
-    Args:
-        owner: the module ``params`` belong to.
-        modules: submodules of ``owner``.
-        params: a TensorDict of ``owner``'s parameters and buffers.
-    """
-    flat = params.flatten_keys(".")
-    named = {id(m): name for name, m in owner.named_modules()}
-    out = []
-    for module in modules:
-        prefix = named[id(module)] + "."
-        out.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
-    return out
 
 
 def has_hooks(wrappers) -> bool:
@@ -255,7 +168,13 @@ class PlainGraph:
             params: a TensorDict of :attr:`owner`'s parameters and buffers, as TorchRL's losses
                 keep them (e.g. a loss's target parameters).
         """
-        return parameters_by_module(self.owner, [step[0] for step in self.steps], params)
+        flat = params.flatten_keys(".")
+        named = {id(m): name for name, m in self.owner.named_modules()}
+        out = []
+        for module, _, _ in self.steps:
+            prefix = named[id(module)] + "."
+            out.append({n[len(prefix) :]: v for n, v in flat.items() if n.startswith(prefix)})
+        return out
 
     def run(
         self,
@@ -322,3 +241,130 @@ def plain_graph(wrapper, out_keys: Sequence[NestedKey]) -> PlainGraph | str:
     if missing:
         return f"the network writes no {missing}"
     return PlainGraph(tuple(steps), tuple(inputs), wrappers, wrapper)
+
+
+@dataclass(frozen=True)
+class PlainActorCritic:
+    """A loss's actor and critic as :class:`PlainGraph`s, with the inputs of one batch.
+
+    What ACER's and Reactor's fast paths share: the actor writes the policy logits, the
+    critic its output (Q values, or their distribution); one network writing both is one
+    graph (``critic is actor``). Built by :func:`plain_actor_critic`.
+    """
+
+    actor: PlainGraph
+    """Writes :attr:`logits_key` (and, shared, :attr:`critic_key`)."""
+    critic: PlainGraph
+    """Writes :attr:`critic_key` (the actor's graph if one network writes both)."""
+    logits_key: NestedKey
+    critic_key: NestedKey
+
+    @property
+    def inputs(self) -> tuple[NestedKey, ...]:
+        """Every entry either graph reads before writing it (actor's first), once each."""
+        return tuple(dict.fromkeys((*self.actor.inputs, *self.critic.inputs)))
+
+    def input_pairs(
+        self, tensordict: TensorDictBase
+    ) -> dict[NestedKey, tuple[Tensor, Tensor]] | str:
+        """Each input at x_t and at x_{t+1} (``("next", key)``), or why they do not qualify.
+
+        Args:
+            tensordict: a batch ``[*B, T]`` with a ``"next"`` sub-TensorDict.
+
+        Returns:
+            ``{key: (value [*B, T, ...], next value [*B, T, ...])}``, or the reason: an input
+            missing or not a tensor with the batch's leading shape.
+        """
+        nxt, batch = tensordict.get("next"), tensordict.batch_size
+        pairs = {}
+        for key in self.inputs:
+            now, later = tensordict.get(key, None), nxt.get(key, None)
+            for value in (now, later):
+                if not isinstance(value, Tensor) or value.shape[: len(batch)] != batch:
+                    return f"the network input {key!r} is not a tensor of batch shape {batch}"
+            pairs[key] = (now, later)
+        return pairs
+
+    def online(self, values: dict[NestedKey, Tensor]) -> tuple[Tensor, Tensor]:
+        """Policy logits and critic output of the online networks on ``values``."""
+        if self.critic is self.actor:
+            logits, critic = self.actor.run(values, [self.logits_key, self.critic_key])
+            return logits, critic
+        (logits,) = self.actor.run(values, [self.logits_key])
+        (critic,) = self.critic.run(values, [self.critic_key])
+        return logits, critic
+
+    def logits(self, values: dict[NestedKey, Tensor], params: list[dict] | None = None) -> Tensor:
+        """The policy logits (only the steps they depend on run).
+
+        With ``params`` (:meth:`PlainGraph.parameters_by_step` of :attr:`actor`) the steps
+        run under them; otherwise under their own parameters.
+        """
+        return self.actor.run(values, [self.logits_key], params)[0]
+
+    def critic_output(
+        self, values: dict[NestedKey, Tensor], params: list[dict] | None = None
+    ) -> Tensor:
+        """The critic's output (only the steps it depends on run).
+
+        With ``params`` (:meth:`PlainGraph.parameters_by_step` of :attr:`critic`) the steps
+        run under them; otherwise under their own parameters.
+        """
+        return self.critic.run(values, [self.critic_key], params)[0]
+
+
+def plain_actor_critic(
+    actor_network,
+    critic_network,
+    logits_key: NestedKey,
+    critic_key: NestedKey,
+    critic_name: str = "critic",
+) -> PlainActorCritic | str:
+    """The actor and critic of a loss as plain graphs (:func:`plain_graph`), or why not.
+
+    Args:
+        actor_network: the loss's actor (writing ``logits_key``, and ``critic_key`` as well
+            when ``critic_network`` is ``None``).
+        critic_network: the loss's critic writing ``critic_key``, or ``None`` (one network).
+        logits_key: the entry of the policy logits.
+        critic_key: the entry of the critic's output.
+        critic_name: what the reasons call the critic (e.g. ``"Q network"``).
+
+    Returns:
+        The :class:`PlainActorCritic`, or the reason (a part that is not plain, an output
+        nobody writes, a forward hook on a wrapper the fast path would bypass) as a string.
+        Whether the loss's parameters are the networks' own is the loss's to check.
+    """
+    if critic_network is None:
+        actor = plain_graph(actor_network, [logits_key, critic_key])
+        if isinstance(actor, str):
+            return f"actor (writing the {critic_name}'s output): {actor}"
+        critic = actor
+    else:
+        actor = plain_graph(actor_network, [logits_key])
+        if isinstance(actor, str):
+            return f"actor: {actor}"
+        critic = plain_graph(critic_network, [critic_key])
+        if isinstance(critic, str):
+            return f"{critic_name}: {critic}"
+    if has_hooks((*actor.wrappers, *critic.wrappers)):
+        return "a TensorDict wrapper of the networks has forward hooks"
+    return PlainActorCritic(actor, critic, logits_key, critic_key)
+
+
+def joint_values(
+    pairs: dict[NestedKey, tuple[Tensor, Tensor]], fresh: Tensor, batch: torch.Size
+) -> dict[NestedKey, Tensor]:
+    """Every input at x_t and at the ``fresh`` x_{t+1} as one flat batch [B·T + n, ...].
+
+    Args:
+        pairs: from :meth:`PlainActorCritic.input_pairs`.
+        fresh: bool [*B, T], the next steps that need their own pass
+            (:func:`~ac_extensions.objectives._replay.fresh_next_steps`).
+        batch: the batch shape [*B, T].
+    """
+    return {
+        key: torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
+        for key, (now, later) in pairs.items()
+    }

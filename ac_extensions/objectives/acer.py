@@ -9,17 +9,16 @@ import torch
 from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
-from torch import Tensor, nn
+from torch import Tensor
 from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
 from ac_extensions.objectives._plain import (
     FastPathMixin,
-    has_hooks,
-    parameters_by_module,
-    plain_chain,
-    plain_network,
+    PlainActorCritic,
+    joint_values,
+    plain_actor_critic,
 )
 from ac_extensions.objectives._replay import (
     assemble_next,
@@ -82,12 +81,13 @@ class ACERLoss(FastPathMixin, LossModule):
     hidden state stored at its first step; the values of the next states are computed step by
     step from the hidden states stored under ``("next", ...)`` at collection.
 
-    Fast path (:attr:`fast_path`, on by default): with feed-forward networks that are plain
-    TensorDict wrappers (a ``TensorDictModule`` / ``ValueOperator`` reading one entry and
-    writing ``logits`` or ``action_value``; for the actor also a ``ProbabilisticActor`` around
-    one) and a separate Q network, or a policy-plus-Q actor whose network is a chain of such
-    modules ending in one that writes both (:func:`~ac_extensions.modules.make_acer_actor`),
-    no forward hooks on the wrappers, the loss's parameters being the networks' own and the
+    Fast path (:attr:`fast_path`, on by default): with feed-forward networks made of plain
+    TensorDict wrappers (``TensorDictModule`` / ``ValueOperator`` over ``nn.Module``s, each
+    reading and writing any entries, alone, in an exact ``TensorDictSequential`` or inside a
+    ``ProbabilisticActor``), either a separate Q network or a policy-plus-Q actor writing
+    ``logits`` and ``action_value`` (:func:`~ac_extensions.modules.make_acer_actor`), every
+    input of theirs a tensor at x_t and under ``("next", ...)``, no forward hooks on the
+    wrappers, the loss's parameters being the networks' own and the
     default :class:`~ac_extensions.objectives.value.RetraceEstimator`, the networks run on
     plain tensors (the average policy through
     ``torch.func.functional_call``) and Q^ret comes from
@@ -462,47 +462,32 @@ class ACERLoss(FastPathMixin, LossModule):
         networks = self._plain_networks()
         if isinstance(networks, str):
             return networks
-        parts, actor_key, qvalue_net, qvalue_key = networks
-        nxt, batch = tensordict.get("next"), tensordict.batch_size
-        inputs = []
-        for key in (actor_key, qvalue_key if qvalue_key is not None else actor_key):
-            for source in (tensordict, nxt):
-                value = source.get(key, None)
-                if not isinstance(value, Tensor) or value.shape[: len(batch)] != batch:
-                    return f"the network input {key!r} is not a tensor of batch shape {batch}"
-                inputs.append(value)
-        # The average policy's parameters, by each part's own names, part by part.
-        average = parameters_by_module(self.actor_network, parts, self.target_actor_network_params)
-        done = nxt.get(self.tensor_keys.done)
-        return _FastPlan(parts, qvalue_net, *inputs, done, average)
+        pairs = networks.input_pairs(tensordict)
+        if isinstance(pairs, str):
+            return pairs
+        # The average policy's parameters, by each step's own names.
+        average = networks.actor.parameters_by_step(self.target_actor_network_params)
+        done = tensordict.get(("next", self.tensor_keys.done))
+        return _FastPlan(networks, pairs, done, average)
 
-    def _plain_networks(self) -> tuple | str:
-        """The fast path's networks, or why they do not qualify.
-
-        Returns ``(actor parts, actor input key, Q network or None, Q input key or None)``.
-        """
+    def _plain_networks(self) -> PlainActorCritic | str:
+        """The fast path's networks, or why they do not qualify."""
         keys = self.tensor_keys
-        if self._shared_head:  # one pass writes logits and Q: the actor's parts in turn
-            chain = plain_chain(self.actor_network, [keys.logits, keys.action_value])
-            if isinstance(chain, str):
-                return f"actor (writing Q): {chain}"
-            parts, actor_key, wrappers = chain
-            qvalue_net, qvalue_key, owned = None, None, True
-        else:
-            actor = plain_network(self.actor_network, keys.logits)
-            if isinstance(actor, str):
-                return f"actor: {actor}"
-            qvalue = plain_network(self.qvalue_network, keys.action_value)
-            if isinstance(qvalue, str):
-                return f"Q network: {qvalue}"
-            parts, actor_key, wrappers = (actor[0],), actor[1], (*actor[2], *qvalue[2])
-            qvalue_net, qvalue_key = qvalue[0], qvalue[1]
-            owned = holds_parameters(self.qvalue_network, self.qvalue_network_params)
-        if has_hooks(wrappers):
-            return "a TensorDict wrapper of the networks has forward hooks"
+        networks = plain_actor_critic(
+            self.actor_network,
+            None if self._shared_head else self.qvalue_network,
+            keys.logits,
+            keys.action_value,
+            critic_name="Q network",
+        )
+        if isinstance(networks, str):
+            return networks
+        owned = self._shared_head or holds_parameters(
+            self.qvalue_network, self.qvalue_network_params
+        )
         if not (owned and holds_parameters(self.actor_network, self.actor_network_params)):
             return "the loss's parameters are not its networks' own"
-        return parts, actor_key, qvalue_net, qvalue_key
+        return networks
 
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -546,22 +531,10 @@ class ACERLoss(FastPathMixin, LossModule):
 class _FastPlan:
     """One call's fast path: the plain networks, their inputs and the average parameters."""
 
-    actor: tuple[nn.Module, ...]  # called in turn: observation [N, *O] → logits [N, A]
-    # (or, with qvalue None, → (logits, Q), each [N, A]: the policy-plus-Q network)
-    qvalue: nn.Module | None  # observation [N, *O'] → Q [N, A]
-    actor_input: Tensor  # at x_t                                          [*B, T, *O]
-    next_actor_input: Tensor  # at x_{t+1}                                 [*B, T, *O]
-    qvalue_input: Tensor  # [*B, T, *O'] (the actor's input with qvalue None)
-    next_qvalue_input: Tensor  # [*B, T, *O']
+    networks: PlainActorCritic  # logits [N, A] and Q [N, A] from the inputs [N, ...]
+    pairs: dict[NestedKey, tuple[Tensor, Tensor]]  # input: (at x_t, at x_{t+1}), [*B, T, ...]
     done: Tensor  # ("next", done) after the padding cut                   [*B, T, 1]
-    average: list[dict[str, Tensor]]  # per actor part, its averaged parameters by its names
-
-
-def _chain(parts: tuple[nn.Module, ...], x: Tensor, params: list[dict] | None = None):
-    """``parts`` called in turn on ``x`` (under ``params``, one dict per part, if given)."""
-    for index, part in enumerate(parts):
-        x = part(x) if params is None else torch.func.functional_call(part, params[index], (x,))
-    return x
+    average: list[dict[str, Tensor]]  # per actor step, its averaged parameters by its names
 
 
 def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tensor, ...]:
@@ -569,21 +542,9 @@ def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tenso
 
     ``mismatched(logits, q, batch)`` raises for outputs with different action counts.
     """
-    actor_pair = (plan.actor_input, plan.next_actor_input)
-    qvalue_pair = (plan.qvalue_input, plan.next_qvalue_input)
-    shared = all(a is b for a, b in zip(actor_pair, qvalue_pair, strict=True))  # one input key
-    pairs = [actor_pair] if shared else [actor_pair, qvalue_pair]
-    fresh = fresh_next_steps(plan.done, pairs)  # which x_{t+1} need their own pass  [*B, T]
-
-    def joint(now: Tensor, later: Tensor) -> Tensor:  # [B·T + n, *O]
-        return torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
-
-    actor_joint = joint(*actor_pair)
-    if plan.qvalue is None:  # the policy-plus-Q network: one pass
-        joint_logits, joint_q = _chain(plan.actor, actor_joint)
-    else:
-        joint_logits = _chain(plan.actor, actor_joint)
-        joint_q = plan.qvalue(actor_joint if shared else joint(*qvalue_pair))
+    fresh = fresh_next_steps(plan.done, plan.pairs.values())  # x_{t+1} needing a pass [*B, T]
+    # One pass over x_t and the fresh x_{t+1}: [B·T + n, ...].
+    joint_logits, joint_q = plan.networks.online(joint_values(plan.pairs, fresh, batch))
     if joint_logits.shape != joint_q.shape:
         mismatched(joint_logits, joint_q, batch)
     (logits, fresh_logits), (q, fresh_q) = (
@@ -591,11 +552,7 @@ def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tenso
         split_joint(joint_q, batch),
     )
     with torch.no_grad():
-        average_logits = _chain(
-            plan.actor, plan.actor_input.flatten(0, len(batch) - 1), plan.average
-        )
-        if plan.qvalue is None:
-            average_logits = average_logits[0]  # (logits, Q): the average policy's logits
-        average_logits = average_logits.unflatten(0, batch)
+        now = {key: value.flatten(0, len(batch) - 1) for key, (value, _) in plan.pairs.items()}
+        average_logits = plan.networks.logits(now, plan.average).unflatten(0, batch)
         next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
     return logits, q, average_logits, next_logits, next_q

@@ -14,7 +14,12 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import FastPathMixin, PlainGraph, has_hooks, plain_graph
+from ac_extensions.objectives._plain import (
+    FastPathMixin,
+    PlainActorCritic,
+    joint_values,
+    plain_actor_critic,
+)
 from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
@@ -462,48 +467,30 @@ class ReactorLoss(FastPathMixin, LossModule):
         for name in ("_actor", "_critic_pass", "_critic", "_online", "_target_params"):
             if getattr(type(self), name) is not getattr(ReactorLoss, name):
                 return f"a subclass overrides {name}"
-        graphs = self._plain_graphs()
-        if isinstance(graphs, str):
-            return graphs
-        actor, critic = graphs
-        nxt, batch = tensordict.get("next"), tensordict.batch_size
-        pairs = {}
-        for key in dict.fromkeys((*actor.inputs, *critic.inputs)):
-            now, later = tensordict.get(key, None), nxt.get(key, None)
-            for value in (now, later):
-                if not isinstance(value, Tensor) or value.shape[: len(batch)] != batch:
-                    return f"the network input {key!r} is not a tensor of batch shape {batch}"
-            pairs[key] = (now, later)
-        return _FastPlan(
-            actor,
-            critic,
-            critic.parameters_by_step(self._target_params()),
-            pairs,
+        networks = self._plain_graphs()
+        if isinstance(networks, str):
+            return networks
+        pairs = networks.input_pairs(tensordict)
+        if isinstance(pairs, str):
+            return pairs
+        return _FastPlan(networks, networks.critic.parameters_by_step(self._target_params()), pairs)
+
+    def _plain_graphs(self) -> PlainActorCritic | str:
+        """The fast path's actor and critic graphs (the same one if shared), or why not."""
+        networks = plain_actor_critic(
+            self.actor_network,
+            None if self._shared_head else self.critic_network,
             self.tensor_keys.logits,
             self._critic_key,
         )
-
-    def _plain_graphs(self) -> tuple[PlainGraph, PlainGraph] | str:
-        """The fast path's actor and critic graphs (the same one if shared), or why not."""
-        keys, critic_key = self.tensor_keys, self._critic_key
-        if self._shared_head:
-            actor = plain_graph(self.actor_network, [keys.logits, critic_key])
-            if isinstance(actor, str):
-                return f"actor (writing the critic): {actor}"
-            critic, owned = actor, True
-        else:
-            actor = plain_graph(self.actor_network, [keys.logits])
-            if isinstance(actor, str):
-                return f"actor: {actor}"
-            critic = plain_graph(self.critic_network, [critic_key])
-            if isinstance(critic, str):
-                return f"critic: {critic}"
-            owned = holds_parameters(self.critic_network, self.critic_network_params)
-        if has_hooks((*actor.wrappers, *critic.wrappers)):
-            return "a TensorDict wrapper of the networks has forward hooks"
+        if isinstance(networks, str):
+            return networks
+        owned = self._shared_head or holds_parameters(
+            self.critic_network, self.critic_network_params
+        )
         if not (owned and holds_parameters(self.actor_network, self.actor_network_params)):
             return "the loss's parameters are not its networks' own"
-        return actor, critic
+        return networks
 
     # ------------------------------------------------------------------ validation
     def _fail_missing(self, tensordict: TensorDictBase, key: NestedKey, why: str) -> None:
@@ -607,11 +594,8 @@ class ReactorLoss(FastPathMixin, LossModule):
             logits, critic, online_pass = self._online(tensordict)
         elif isinstance(plan, _FastPlan):  # the same joint pass on plain tensors
             fresh = fresh_next_steps(nxt.get(keys.done), plan.pairs.values())
-            joint = {
-                key: torch.cat([now.flatten(0, len(batch) - 1), later[fresh]], 0)
-                for key, (now, later) in plan.pairs.items()
-            }
-            joint_logits, joint_critic = plan.online(joint)
+            joint = joint_values(plan.pairs, fresh, batch)
+            joint_logits, joint_critic = plan.networks.online(joint)
             (logits, fresh_logits), (critic, _) = (
                 split_joint(joint_logits, batch),
                 split_joint(joint_critic, batch),
@@ -634,7 +618,7 @@ class ReactorLoss(FastPathMixin, LossModule):
         with torch.no_grad():
             if not self._recurrent:
                 if isinstance(plan, _FastPlan):
-                    target_joint = plan.target(joint)
+                    target_joint = plan.networks.critic_output(joint, plan.target_params)
                 else:
                     target_joint = self._critic(joint, self._target_params())
                 target_now, fresh_target = split_joint(target_joint, batch)
@@ -824,22 +808,6 @@ class ReactorLoss(FastPathMixin, LossModule):
 class _FastPlan:
     """One call's fast path: the plain networks, the target parameters and the inputs."""
 
-    actor: PlainGraph  # writes the logits (and, shared, the critic's output)
-    critic: PlainGraph  # writes the critic's output (the actor's graph if shared)
+    networks: PlainActorCritic  # logits [N, A] and the critic's output [N, A(, atoms)]
     target_params: list[dict[str, Tensor]]  # the critic's target parameters, per step
     pairs: dict[NestedKey, tuple[Tensor, Tensor]]  # input: (at x_t, at x_{t+1}), [*B, T, ...]
-    logits_key: NestedKey
-    critic_key: NestedKey
-
-    def online(self, joint: dict[NestedKey, Tensor]) -> tuple[Tensor, Tensor]:
-        """Policy logits [N, A] and critic output [N, A(, atoms)] of the online networks."""
-        if self.critic is self.actor:
-            logits, critic = self.actor.run(joint, [self.logits_key, self.critic_key])
-            return logits, critic
-        (logits,) = self.actor.run(joint, [self.logits_key])
-        (critic,) = self.critic.run(joint, [self.critic_key])
-        return logits, critic
-
-    def target(self, joint: dict[NestedKey, Tensor]) -> Tensor:
-        """The critic's output under the target parameters (only the steps it needs)."""
-        return self.critic.run(joint, [self.critic_key], self.target_params)[0]

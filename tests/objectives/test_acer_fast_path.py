@@ -173,20 +173,27 @@ def test_blockers():
     assert ACERLoss(make_acer_actor(OBS, ACT), None).fast_path_blocker(td) is None
     recurrent = ACERLoss(make_acer_actor(OBS, ACT, recurrent="gru"), None)
     assert recurrent.fast_path_blocker(td) == "the networks are recurrent"
-    # A policy-plus-Q chain whose head reads another entry than the torso writes.
+    # A policy-plus-Q network whose head reads an entry the batch does not hold.
     rewired = make_acer_actor(OBS, ACT)
     rewired.module[0].module[1].in_keys = ["other"]
-    assert "part 1 of the actor's network reads 'other'" in ACERLoss(
-        rewired, None
-    ).fast_path_blocker(td)
+    assert ACERLoss(rewired, None).fast_path_blocker(td) == (
+        f"the network input 'other' is not a tensor of batch shape {td.batch_size}"
+    )
     hooked_part = make_acer_actor(OBS, ACT)
     hooked_part.module[0].module[0].register_forward_hook(lambda *args: None)
     assert "hooks" in ACERLoss(hooked_part, None).fast_path_blocker(td)
     hooked = ACERLoss(*networks())
     hooked.actor_network.register_forward_hook(lambda *args: None)
     assert "hooks" in hooked.fast_path_blocker(td)
-    two_in = TensorDictModule(lambda x, y: x, ["observation", "other"], ["logits"])
-    assert "reads 2 entries, not 1" in ACERLoss(two_in, networks()[1]).fast_path_blocker(td)
+    not_a_module = TensorDictModule(lambda x: x, ["observation"], ["logits"])
+    blocker = ACERLoss(not_a_module, networks()[1]).fast_path_blocker(td)
+    assert blocker == (
+        "actor: part 0 of the network: TensorDictModule does not wrap a plain nn.Module"
+    )
+    no_q = TensorDictModule(torch.nn.Linear(OBS, ACT), ["observation"], ["logits"])
+    assert ACERLoss(no_q, None).fast_path_blocker(td) == (
+        "actor (writing the Q network's output): the network writes no ['action_value']"
+    )
     renamed = ACERLoss(*networks())
     renamed.set_keys(logits="policy_logits")
     assert "'policy_logits'" in renamed.fast_path_blocker(td)
@@ -210,3 +217,45 @@ def test_fast_path_names_mismatched_action_counts():
     assert loss.fast_path_blocker(td) is None
     with pytest.raises(ValueError, match=r"'action_value' \(shape \[3, 5, 3\]\)"):
         loss(td)
+
+
+class _TwoInputs(torch.nn.Module):
+    """Logits (or Q) from the observation and a second entry, e.g. the previous action."""
+
+    def __init__(self, width: int, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.obs, self.extra = torch.nn.Linear(OBS, width), torch.nn.Linear(2, width)
+
+    def forward(self, observation, extra):
+        return self.obs(observation) + self.extra(extra)
+
+
+@pytest.mark.parametrize("data", ["stream", "independent"])
+def test_fast_path_of_networks_reading_several_entries_equals_the_general_path(data, calls):
+    # Each network reads the observation and a second entry ("extra"), the Q network through
+    # a two-step TensorDictSequential (a torso writing "features", then the head): the fast
+    # path runs them as plain graphs, with x_{t+1}'s entries from ("next", ...).
+    from tensordict.nn import TensorDictSequential
+
+    def factory():
+        actor = TensorDictModule(_TwoInputs(ACT, 0), ["observation", "extra"], ["logits"])
+        qvalue = TensorDictSequential(
+            TensorDictModule(_TwoInputs(8, 1), ["observation", "extra"], ["features"]),
+            TensorDictModule(torch.nn.Linear(8, ACT), ["features"], ["action_value"]),
+        )
+        return actor, qvalue
+
+    fast, slow = pair(factory, gamma=0.9, trust_region_delta=0.05)
+    perturb_average(fast)
+    slow.target_actor_network_params.update(fast.target_actor_network_params.clone())
+    td = consistent_stream() if data == "stream" else sequences((4, 6), seed=3)
+    gen = torch.Generator().manual_seed(9)
+    stream = torch.randn(*td.batch_size[:-1], td.batch_size[-1] + 1, 2, generator=gen)
+    td["extra"], td["next", "extra"] = stream[..., :-1, :], stream[..., 1:, :].clone()
+    if data == "independent":
+        td["next", "extra"] = torch.randn(td["next", "extra"].shape, generator=gen)
+    assert fast.fast_path_blocker(td) is None
+    assert_same(fast, slow, td, calls)
+    del td["next", "extra"]
+    assert "'extra'" in fast.fast_path_blocker(td)

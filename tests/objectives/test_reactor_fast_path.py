@@ -9,10 +9,9 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import HardUpdate
 
-import ac_extensions.objectives.reactor as reactor_module
 from ac_extensions.modules import make_reactor_actor
 from ac_extensions.objectives import ReactorLoss
-from ac_extensions.objectives._plain import plain_graph
+from ac_extensions.objectives._plain import PlainActorCritic, plain_graph
 from tests.objectives.test_reactor import ACT, OBS, N, SharedNet, networks, sequences
 
 LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
@@ -22,13 +21,13 @@ LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 def calls(monkeypatch):
     """Counts the fast path's online passes."""
     count = {"fast": 0}
-    original = reactor_module._FastPlan.online
+    original = PlainActorCritic.online
 
     def counted(self, joint):
         count["fast"] += 1
         return original(self, joint)
 
-    monkeypatch.setattr(reactor_module._FastPlan, "online", counted)
+    monkeypatch.setattr(PlainActorCritic, "online", counted)
     return count
 
 
