@@ -6,6 +6,7 @@ budget, through the CLI exactly as ``minatar_grid.py`` runs ours::
 
     python benchmarks/minatar_variants.py --study ppo_torso --games Breakout Asterix --seeds 1
     python benchmarks/minatar_variants.py --study reactor_acting --games Breakout --frames 100000
+    python benchmarks/minatar_variants.py --study ppo_epochs --games Asterix Breakout SpaceInvaders
     python benchmarks/minatar_variants.py --summary-only
 
 Studies (:data:`STUDIES`):
@@ -13,6 +14,9 @@ Studies (:data:`STUDIES`):
 - ``ppo_torso``: PPO with separate actor and critic torsos (the MinAtar default before) or one
   shared torso (``--share-torso true``; the MinAtar paper's AC(λ) and SB3's ``CnnPolicy``
   share one).
+- ``ppo_epochs``: PPO with 4 epochs per batch (rl-baselines3-zoo's Atari PPO, what the grid's
+  ``sb3_ppo`` peer runs) instead of the PPO paper's 3 (the recipe's MinAtar default; its runs
+  are the grid's ``ppo`` rows, the same command without ``--epochs``).
 - ``reactor_acting``: Reactor with 4 environment frames per learner step (the paper's "4–6
   acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
   frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
@@ -60,6 +64,13 @@ STUDIES: dict[str, dict] = {
         "variants": {
             "separate torsos": ["--share-torso", "false"],
             "shared torso": ["--share-torso", "true"],
+        },
+    },
+    "ppo_epochs": {
+        "algo": "ppo",
+        "variants": {
+            # The default (the PPO paper's 3 epochs) is the grid's ppo row (same command).
+            "4 epochs (SB3 zoo)": ["--epochs", "4"],
         },
     },
     "reactor_acting": {
