@@ -714,6 +714,36 @@ def algo_stats(runs: list[dict], target: float | None) -> dict[str, Any]:
     return stats
 
 
+OFF_POLICY = ("acer", "reactor")
+"""Ours that replay: issue 20 asks them to reach our PPO's final score sooner than PPO ends."""
+
+
+def against_ppo(runs: dict[str, list[dict]]) -> dict[str, Any] | None:
+    """Our off-policy learners against our PPO's final score and wall clock, on one game.
+
+    The target is the median final return of our complete PPO runs; each off-policy run's
+    seconds to reach it (:func:`time_to`, its own clock) against the median wall seconds of
+    those PPO runs. ``None`` without a complete PPO run.
+    """
+    finished = [r for r in runs.get("ppo", []) if r["complete"]]
+    target = _median(r["final_mean_return"] for r in finished)
+    seconds = _median(r["wall_seconds"] for r in finished)
+    if target is None or seconds is None:
+        return None
+    out: dict[str, Any] = {"return": target, "seconds": seconds, "algorithms": {}}
+    for algo in OFF_POLICY:
+        if runs.get(algo):
+            stats = algo_stats(runs[algo], target)
+            keep = ("seeds", "unfinished", "target_reached", "frames_to_target")
+            out["algorithms"][algo] = {k: stats[k] for k in keep} | {
+                "seconds_to_target": stats["seconds_to_target"],
+                "vs_ppo": None
+                if stats["seconds_to_target"] is None
+                else stats["seconds_to_target"] / seconds,
+            }
+    return out
+
+
 def summarize(results: Path, games, algos, seeds) -> dict[str, Any]:
     """Everything the tables and the plot show, from the run directories of the grid."""
     planned = plan(games, algos, seeds)
@@ -738,6 +768,7 @@ def summarize(results: Path, games, algos, seeds) -> dict[str, Any]:
                 a: algo_stats(runs[a], target) | {"runs": runs[a]} for a in algos if runs[a]
             },
             "published": PUBLISHED.get(game, {}),
+            "against_ppo": against_ppo(runs),
         }
     return {
         "planned": len(planned),
@@ -794,6 +825,44 @@ def game_table(game: str, data: dict[str, Any], planned_seeds: int) -> list[str]
     return lines
 
 
+def against_ppo_table(summary: dict[str, Any]) -> list[str]:
+    """The markdown lines of :func:`against_ppo` over the games (none without PPO runs)."""
+    rows = []
+    for game, data in summary["games"].items():
+        versus = data.get("against_ppo")
+        if not versus:
+            continue
+        for algo, s in versus["algorithms"].items():
+            reached = f" ({s['target_reached']} of {s['seeds']} reached)"
+            if s["unfinished"]:
+                reached += f", {s['unfinished']} unfinished"
+            ratio = "—" if s["vs_ppo"] is None else f"{s['vs_ppo']:.2f}×"
+            rows.append(
+                f"| {game} | {versus['return']:.2f} | {versus['seconds']:,.0f} | {algo} | "
+                f"{_fmt(s['frames_to_target'], ',.0f')}{reached} | "
+                f"{_fmt(s['seconds_to_target'], ',.0f')} | {ratio} |"
+            )
+    if not rows:
+        return []
+    return [
+        "## Off-policy learners against our PPO's wall clock",
+        "",
+        "Issue 20's second MinAtar goal: ACER and Reactor reach our PPO's final score in less "
+        "wall-clock than PPO takes for its run. Target: the median final return of our complete "
+        "PPO runs; PPO s: the median wall seconds of those runs; s to the target: each run's "
+        "own clock at the first logged point where the full "
+        f"{WINDOW}-episode mean reaches it (median over seeds, a seed that never does counting "
+        "as never); vs PPO: that over PPO s. The runs were not made side by side (see the "
+        "notes for their loads), so these ratios are rough.",
+        "",
+        "| game | PPO final (median) | PPO s (median) | algorithm | frames to PPO's final "
+        "(median) | s to PPO's final (median) | vs PPO |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     """The whole ``minatar.md``."""
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
@@ -829,6 +898,7 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     for game, data in summary["games"].items():
         lines += game_table(game, data, len(args.seeds))
+    lines += against_ppo_table(summary)
     lines.append("![MinAtar learning curves](minatar.png)")
     return "\n".join(lines) + "\n"
 

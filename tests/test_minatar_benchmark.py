@@ -144,6 +144,37 @@ def test_summary_of_fabricated_runs(bench, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_off_policy_learners_against_our_ppo(bench, tmp_path):
+    make_grid(bench, tmp_path)
+
+    def d(algo, seed):
+        return bench.Run("Breakout", algo, seed).directory(tmp_path)
+
+    # Complete PPO runs: finals 7 and 6 (target 6.5; seed 3 is unfinished and left out),
+    # wall seconds 3 and 6 (median 4.5). ACER seed 1 reaches 6.5 at 1000 frames (1.5 s),
+    # seed 2 at 2000 frames (3 s; its 6.6 at 1000 frames has only 99 episodes).
+    fake_run(d("acer", 1), "acer", 1, final=8.0, curve=[(1000, 6.6, 100, 1.5), (2000, 8.0, 100, 4)])
+    fake_run(d("acer", 2), "acer", 2, final=7.0, curve=[(1000, 6.6, 99, 2.0), (2000, 7, 100, 3.0)])
+    summary = bench.summarize(tmp_path, ["Breakout"], ["ppo", "acer", "sb3_dqn"], [1, 2, 3])
+    versus = summary["games"]["Breakout"]["against_ppo"]
+    assert (versus["return"], versus["seconds"]) == (6.5, 4.5)
+    acer = versus["algorithms"]["acer"]
+    assert (acer["target_reached"], acer["frames_to_target"], acer["seconds_to_target"]) == (
+        2,
+        1500,
+        2.25,
+    )
+    assert acer["vs_ppo"] == 0.5
+    assert "reactor" not in versus["algorithms"]  # no run of it
+    lines = "\n".join(bench.against_ppo_table(summary))
+    assert "| Breakout | 6.50 | 4 | acer | 1,500 (2 of 2 reached) | 2 | 0.50× |" in lines
+    # Without a complete PPO run there is no target, and no table.
+    alone = bench.summarize(tmp_path, ["Breakout"], ["acer", "sb3_dqn"], [1, 2])
+    assert alone["games"]["Breakout"]["against_ppo"] is None
+    assert bench.against_ppo_table(alone) == []
+
+
+@pytest.mark.timeout(60)
 def test_complete_runs_are_skipped_and_unfinished_resumed(bench, tmp_path, monkeypatch):
     def d(seed):
         return bench.Run("Breakout", "ppo", seed).directory(tmp_path)
