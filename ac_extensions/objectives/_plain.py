@@ -287,7 +287,15 @@ class PlainActorCritic:
         return pairs
 
     def online(self, values: dict[NestedKey, Tensor]) -> tuple[Tensor, Tensor]:
-        """Policy logits and critic output of the online networks on ``values``."""
+        """Policy logits and the critic's output of the online networks.
+
+        Returns ``[N, A]`` logits and ``[N, A]`` Q values (or ``[N, A, atoms]`` logits of
+        their distributions).
+
+        Args:
+            values: every entry in :attr:`inputs`, each ``[N, ...]`` (e.g. from
+                :func:`joint_values`).
+        """
         if self.critic is self.actor:
             logits, critic = self.actor.run(values, [self.logits_key, self.critic_key])
             return logits, critic
@@ -296,20 +304,22 @@ class PlainActorCritic:
         return logits, critic
 
     def logits(self, values: dict[NestedKey, Tensor], params: list[dict] | None = None) -> Tensor:
-        """The policy logits (only the steps they depend on run).
+        """The policy logits ``[N, A]`` from ``values`` (``[N, ...]`` each).
 
-        With ``params`` (:meth:`PlainGraph.parameters_by_step` of :attr:`actor`) the steps
-        run under them; otherwise under their own parameters.
+        Only the steps they depend on run. With ``params``
+        (:meth:`PlainGraph.parameters_by_step` of :attr:`actor`) the steps run under them;
+        otherwise under their own parameters.
         """
         return self.actor.run(values, [self.logits_key], params)[0]
 
     def critic_output(
         self, values: dict[NestedKey, Tensor], params: list[dict] | None = None
     ) -> Tensor:
-        """The critic's output (only the steps it depends on run).
+        """The critic's output ``[N, A(, atoms)]`` from ``values`` (``[N, ...]`` each).
 
-        With ``params`` (:meth:`PlainGraph.parameters_by_step` of :attr:`critic`) the steps
-        run under them; otherwise under their own parameters.
+        Only the steps it depends on run. With ``params``
+        (:meth:`PlainGraph.parameters_by_step` of :attr:`critic`) the steps run under them;
+        otherwise under their own parameters.
         """
         return self.critic.run(values, [self.critic_key], params)[0]
 
