@@ -26,6 +26,8 @@ from tensordict.utils import NestedKey
 from torch import Tensor, nn
 from torchrl.modules import ValueOperator
 
+from ac_extensions.objectives._replay import holds_parameters
+
 
 def plain_tensordict_module(
     module, *types, outputs: int | None = 1, inputs: int | None = 1
@@ -329,6 +331,8 @@ def plain_actor_critic(
     critic_network,
     logits_key: NestedKey,
     critic_key: NestedKey,
+    actor_params,
+    critic_params,
     critic_name: str = "critic",
 ) -> PlainActorCritic | str:
     """The actor and critic of a loss as plain graphs (:func:`plain_graph`), or why not.
@@ -339,12 +343,14 @@ def plain_actor_critic(
         critic_network: the loss's critic writing ``critic_key``, or ``None`` (one network).
         logits_key: the entry of the policy logits.
         critic_key: the entry of the critic's output.
+        actor_params: the loss's parameters of ``actor_network`` (a TensorDict).
+        critic_params: the loss's parameters of ``critic_network`` (ignored when ``None``).
         critic_name: what the reasons call the critic (e.g. ``"Q network"``).
 
     Returns:
         The :class:`PlainActorCritic`, or the reason (a part that is not plain, an output
-        nobody writes, a forward hook on a wrapper the fast path would bypass) as a string.
-        Whether the loss's parameters are the networks' own is the loss's to check.
+        nobody writes, a forward hook on a wrapper the fast path would bypass, the loss's
+        parameters not being the networks' own) as a string.
     """
     if critic_network is None:
         actor = plain_graph(actor_network, [logits_key, critic_key])
@@ -360,6 +366,9 @@ def plain_actor_critic(
             return f"{critic_name}: {critic}"
     if has_hooks((*actor.wrappers, *critic.wrappers)):
         return "a TensorDict wrapper of the networks has forward hooks"
+    owned = critic_network is None or holds_parameters(critic_network, critic_params)
+    if not (owned and holds_parameters(actor_network, actor_params)):
+        return "the loss's parameters are not its networks' own"
     return PlainActorCritic(actor, critic, logits_key, critic_key)
 
 

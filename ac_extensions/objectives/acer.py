@@ -26,7 +26,6 @@ from ac_extensions.objectives._replay import (
     check_sequence_batch,
     cut_traces_at_padding,
     fresh_next_steps,
-    holds_parameters,
     is_recurrent,
     joint_inputs,
     next_step_outputs,
@@ -473,21 +472,15 @@ class ACERLoss(FastPathMixin, LossModule):
     def _plain_networks(self) -> PlainActorCritic | str:
         """The fast path's networks, or why they do not qualify."""
         keys = self.tensor_keys
-        networks = plain_actor_critic(
+        return plain_actor_critic(
             self.actor_network,
             None if self._shared_head else self.qvalue_network,
             keys.logits,
             keys.action_value,
+            self.actor_network_params,
+            None if self._shared_head else self.qvalue_network_params,
             critic_name="Q network",
         )
-        if isinstance(networks, str):
-            return networks
-        owned = self._shared_head or holds_parameters(
-            self.qvalue_network, self.qvalue_network_params
-        )
-        if not (owned and holds_parameters(self.actor_network, self.actor_network_params)):
-            return "the loss's parameters are not its networks' own"
-        return networks
 
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -25,7 +25,6 @@ from ac_extensions.objectives._replay import (
     check_sequence_batch,
     cut_traces_at_padding,
     fresh_next_steps,
-    holds_parameters,
     is_recurrent,
     joint_inputs,
     masked_mean,
@@ -477,20 +476,14 @@ class ReactorLoss(FastPathMixin, LossModule):
 
     def _plain_graphs(self) -> PlainActorCritic | str:
         """The fast path's actor and critic graphs (the same one if shared), or why not."""
-        networks = plain_actor_critic(
+        return plain_actor_critic(
             self.actor_network,
             None if self._shared_head else self.critic_network,
             self.tensor_keys.logits,
             self._critic_key,
+            self.actor_network_params,
+            None if self._shared_head else self.critic_network_params,
         )
-        if isinstance(networks, str):
-            return networks
-        owned = self._shared_head or holds_parameters(
-            self.critic_network, self.critic_network_params
-        )
-        if not (owned and holds_parameters(self.actor_network, self.actor_network_params)):
-            return "the loss's parameters are not its networks' own"
-        return networks
 
     # ------------------------------------------------------------------ validation
     def _fail_missing(self, tensordict: TensorDictBase, key: NestedKey, why: str) -> None:
