@@ -57,12 +57,14 @@ reader handles both. ``output.log`` keeps the run's stdout/stderr.
 
 Resumable: a run whose ``summary.json`` says ``complete: true`` (at a budget of at least
 ``--frames``) is skipped; an unfinished run of ours continues with ``ac-train --resume`` from
-its newest checkpoint (a run with no checkpoint starts again); an unfinished peer starts
-again. Finished runs' ``checkpoints/`` are deleted (ACER's and Reactor's hold the replay,
-hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs`` runs (default 2) go at once,
-each a subprocess with a time limit (``--timeout``; a run of ours that hits it resumes on the
-next invocation, a peer starts again); one line is printed per finished run and a failure does
-not stop the rest.
+its newest checkpoint, an unfinished peer from its own (:class:`PeerCheckpoint`: SB3's model
+file, replay buffer and counters, saved every 10 minutes and when the run is stopped); a run
+with no checkpoint starts again. A resumed run starts new episodes where the stopped one had
+episodes in progress. Finished runs' ``checkpoints/`` are deleted (ACER's, Reactor's and the
+DQN peers' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs``
+runs (default 2) go at once, each a subprocess with a time limit (``--timeout``; a run that
+hits it resumes on the next invocation); one line is printed per finished run and a failure
+does not stop the rest.
 
 Cost (Breakout, 20k frames, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
@@ -193,12 +195,15 @@ def has_checkpoint(directory: Path) -> bool:
 
 
 def action(run: Run, results: Path, frames: int) -> str:
-    """``"done"`` (complete at this budget), ``"resume"`` (ours, a checkpoint) or ``"fresh"``."""
+    """``"done"`` (complete at this budget), ``"resume"`` (a checkpoint) or ``"fresh"``.
+
+    Ours resume with ``ac-train --resume``, peers from their :class:`PeerCheckpoint`.
+    """
     directory = run.directory(results)
     summary = read_summary(directory)
     if summary and summary.get("complete") and summary.get("frames_target", 0) >= frames:
         return "done"
-    if run.algo in OURS and has_checkpoint(directory):
+    if has_checkpoint(directory):
         return "resume"
     return "fresh"
 
@@ -215,7 +220,7 @@ def ac_train() -> list[str]:
 def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
     """The command line of one run (``how``: ``"fresh"`` or ``"resume"``)."""
     directory = run.directory(results)
-    if run.algo in PEERS:
+    if run.algo in PEERS:  # the child continues from a checkpoint of its own when there is one
         script = str(Path(__file__).resolve())
         child = ["--child", run.algo, run.game, str(run.seed), str(frames), str(directory)]
         return [sys.executable, script, *child]
@@ -251,7 +256,7 @@ def stop_on_interrupt():
     returns :data:`STOPPED` without starting; the body then ends on its own. Raising
     ``KeyboardInterrupt`` in the main thread instead would land in the middle of
     ``as_completed``'s lock wait, which it can leave broken: the grid then hung with a run still
-    going. A stopped run of ours resumes from its checkpoint on the next invocation.
+    going. A stopped run resumes from its checkpoint on the next invocation.
     """
 
     def stop(signum, frame):
@@ -546,6 +551,7 @@ class PeerLog:
         self.episodes = 0
         self.frames = 0
         self.logged = -math.inf
+        self.resumed_at: list[int] = []
 
     def episode(self, episode_return: float) -> None:
         """Account for one finished episode."""
@@ -572,6 +578,34 @@ class PeerLog:
                 f.write(f"{frames},{value}\n")
         self.write_summary(complete=False)
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the log (see :meth:`restore`)."""
+        return {
+            "window": list(self.window),
+            "episodes": self.episodes,
+            "frames": self.frames,
+            "seconds": time.perf_counter() - self.start,
+            "logged": None if self.logged == -math.inf else self.logged,
+            "resumed_at": list(self.resumed_at),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state`: the episode window, the counters and the clock.
+
+        CSV rows past the checkpoint's frames (written before the run was stopped, by steps
+        the resumed run makes again) are dropped, so every curve stays one increasing line.
+        """
+        self.window = deque(state["window"], maxlen=WINDOW)
+        self.episodes, self.frames = state["episodes"], state["frames"]
+        self.start = time.perf_counter() - state["seconds"]
+        self.logged = -math.inf if state["logged"] is None else state["logged"]
+        self.resumed_at = [*state["resumed_at"], state["frames"]]
+        for path in self.scalars.glob("**/*.csv"):
+            rows = path.read_text().splitlines()
+            kept = [r for r in rows if r.strip() and float(r.split(",")[0]) <= self.frames]
+            if len(kept) != len(rows):
+                path.write_text("".join(f"{r}\n" for r in kept))
+
     def write_summary(self, complete: bool) -> None:
         """Rewrite ``summary.json`` (atomically)."""
         from ac_extensions.runtime import atomic_write_text
@@ -588,26 +622,144 @@ class PeerLog:
             "fps": round(self.frames / seconds, 1) if seconds and self.frames else None,
             "final_mean_return": sum(self.window) / len(self.window) if self.window else None,
             "final_return_episodes": len(self.window),
+            "resumed_at_frames": self.resumed_at,
             "config": self.config,
         }
         atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
 
 
-def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict:
-    """Train one peer to ``frames`` and write its run directory; return its summary."""
-    import torch
-    from stable_baselines3 import A2C, DQN, PPO
+CHECKPOINT_SECONDS = 600.0
+"""A peer saves a checkpoint at least this often (wall seconds), and when it is stopped."""
+
+
+class PeerStopped(Exception):
+    """Ends SB3's ``learn`` once a stopped peer has saved its checkpoint."""
+
+
+class PeerCheckpoint:
+    """Checkpoints of one SB3 peer run, so that a stopped run goes on where it was.
+
+    The peers that matter here take hours (``sb3_dqn`` ≈2 h, ``sb3_qrdqn`` ≈10–15 h per
+    MinAtar run): longer than a job can run undisturbed on a shared machine. Layout, as
+    ``ac-train``'s (``checkpoints/latest`` names the newest, so :func:`has_checkpoint` and
+    :func:`action` treat both alike): ``checkpoints/<frames>/`` holds ``model.zip`` (SB3's
+    file: the policy, its target network where it has one, and the optimiser state),
+    ``replay.pkl`` (off-policy peers: SB3's replay buffer), what ``extra_save`` writes (the
+    MuJoCo peer: its ``VecNormalize`` statistics) and ``state.json`` (the counters SB3 does not
+    load with the parameters, and the episode window and clock of the :class:`PeerLog`). A
+    checkpoint is written in a ``.partial`` folder, renamed, then named in ``latest``, so a
+    kill at any moment leaves the previous one usable.
+
+    It is saved at the start of a rollout, when everything collected so far has been trained
+    on (nothing is half done): at least every ``every`` seconds, and after the process got
+    SIGTERM or SIGINT (the grid stops runs with SIGTERM), which then ends training with
+    :class:`PeerStopped`. Not kept: the episodes in progress (a resumed run's envs start new
+    ones, their frames stay counted) and the random streams (reseeded with ``seed + frames``),
+    so a resumed run is not, draw for draw, the run that was never stopped.
+    """
+
+    def __init__(self, out: Path, every: float = CHECKPOINT_SECONDS, extra_save=None) -> None:
+        self.root = Path(out) / "checkpoints"
+        self.every = every
+        self.extra_save = extra_save
+        self.stop_requested = False
+        self.saved_at = time.perf_counter()
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint folder, or None."""
+        try:
+            name = (self.root / "latest").read_text().strip()
+        except OSError:
+            return None
+        path = self.root / name
+        return path if name and (path / "state.json").is_file() else None
+
+    def saved_frames(self) -> int:
+        """Frames of the newest checkpoint (0 without one)."""
+        path = self.latest()
+        return 0 if path is None else json.loads((path / "state.json").read_text())["frames"]
+
+    def save(self, model, log: PeerLog) -> Path:
+        """Write a checkpoint of ``model`` and ``log`` now; return its folder."""
+        from ac_extensions.runtime import atomic_write_text
+
+        frames = int(model.num_timesteps)
+        final, partial = self.root / str(frames), self.root / f".{frames}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        model.save(partial / "model.zip")
+        if getattr(model, "replay_buffer", None) is not None:
+            model.save_replay_buffer(partial / "replay.pkl")
+        if self.extra_save is not None:
+            self.extra_save(partial)
+        counters = {  # DQN's _n_calls paces its target copies; the others count
+            k: getattr(model, k)
+            for k in ("_n_calls", "_n_updates", "_episode_num")
+            if hasattr(model, k)
+        }
+        state = {"frames": frames, "counters": counters}
+        log.frames = frames
+        state["log"] = log.state()
+        (partial / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        atomic_write_text(self.root / "latest", f"{final.name}\n")
+        for other in self.root.iterdir():
+            if other.is_dir() and other != final:
+                shutil.rmtree(other, ignore_errors=True)
+        self.saved_at = time.perf_counter()
+        return final
+
+    def restore(self, model, log: PeerLog, path: Path) -> int:
+        """Load the checkpoint at ``path`` into a freshly built ``model`` and ``log``.
+
+        Returns its frames (``model.num_timesteps``).
+        """
+        state = json.loads((path / "state.json").read_text())
+        model.set_parameters(str(path / "model.zip"), exact_match=True, device=model.device)
+        model.num_timesteps = state["frames"]
+        for name, value in state["counters"].items():
+            setattr(model, name, value)
+        if (path / "replay.pkl").is_file():
+            model.load_replay_buffer(path / "replay.pkl")
+        log.restore(state["log"])
+        self.saved_at = time.perf_counter()
+        return state["frames"]
+
+    def callback(self, log: PeerLog):
+        """The SB3 callback that saves (and stops) at rollout starts."""
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        checkpoint = self
+
+        class Checkpointing(BaseCallback):
+            def _on_rollout_start(self) -> None:
+                if checkpoint.stop_requested:
+                    checkpoint.save(self.model, log)
+                    raise PeerStopped(f"stopped at {self.model.num_timesteps:,} frames")
+                if time.perf_counter() - checkpoint.saved_at >= checkpoint.every:
+                    checkpoint.save(self.model, log)
+
+            def _on_step(self) -> bool:
+                return True
+
+        return Checkpointing()
+
+
+def learn_peer(model, log: PeerLog, checkpoint: PeerCheckpoint, frames: int, seed: int) -> bool:
+    """Train ``model`` to ``frames``, logging episodes and saving checkpoints; write the summary.
+
+    ``model`` is freshly built; if ``checkpoint`` holds one it is restored first (and the
+    random streams reseeded with ``seed + frames``; build the envs with that seed too). Returns
+    whether the run is complete: False when SIGTERM/SIGINT stopped it (its checkpoint saved).
+    """
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
 
-    from ac_extensions.runtime.envs import make_gym_env
-
-    torch.set_num_threads(1)
-    env_id = f"MinAtar/{game}-v1"
-    settings = peer_settings(algo, frames)
-    n_envs = {"sb3_ppo": 8, "sb3_a2c": 16}.get(algo, 1)
-    config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": n_envs}
-    log = PeerLog(out, algo, env_id, seed, frames, config | _jsonable(settings))
+    saved = checkpoint.latest()
+    if saved is not None:
+        done = checkpoint.restore(model, log, saved)
+        model.set_random_seed(seed + done)
+        print(f"resumed from the checkpoint at {done:,} frames", flush=True)
     log.write_summary(complete=False)
 
     class Logger(BaseCallback):
@@ -618,17 +770,58 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict:
             log.step(self.num_timesteps)
             return True
 
-    env = make_vec_env(lambda: make_gym_env(env_id), n_envs=n_envs, seed=seed)
+    def request_stop(signum, frame) -> None:
+        checkpoint.stop_requested = True
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if model.num_timesteps < frames:
+            model.learn(
+                total_timesteps=frames - model.num_timesteps,
+                callback=[Logger(), checkpoint.callback(log)],
+                reset_num_timesteps=saved is None,
+            )
+    except PeerStopped as stop:
+        print(f"{stop}; the same command resumes it", flush=True)
+        log.frames = model.num_timesteps
+        log.write_summary(complete=False)
+        return False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.step(model.num_timesteps, force=True)
+    log.write_summary(complete=True)
+    return True
+
+
+def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict | None:
+    """Train one peer to ``frames`` in ``out`` (resuming its checkpoint if there is one).
+
+    Returns its summary, or None when it was stopped before the end (checkpoint saved).
+    """
+    import torch
+    from stable_baselines3 import A2C, DQN, PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from ac_extensions.runtime.envs import make_gym_env
+
+    torch.set_num_threads(1)
+    env_id = f"MinAtar/{game}-v1"
+    settings = peer_settings(algo, frames)
+    n_envs = {"sb3_ppo": 8, "sb3_a2c": 16}.get(algo, 1)
+    config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": n_envs}
+    log = PeerLog(out, algo, env_id, seed, frames, config | _jsonable(settings))
+    checkpoint = PeerCheckpoint(out)
+    env_seed = seed + checkpoint.saved_frames()
+    env = make_vec_env(lambda: make_gym_env(env_id), n_envs=n_envs, seed=env_seed)
     if algo == "sb3_qrdqn":
         from sb3_contrib import QRDQN as cls
     else:
         cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
-    model.learn(total_timesteps=frames, callback=Logger())
-    log.step(model.num_timesteps, force=True)
-    log.write_summary(complete=True)
+    complete = learn_peer(model, log, checkpoint, frames, seed)
     env.close()
-    return read_summary(out)
+    return read_summary(out) if complete else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1007,7 +1200,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="seconds per run before it is stopped (default: 1 s per 10 frames + 10 min); "
-        "a stopped run of ours resumes on the next invocation",
+        "a stopped run resumes from its checkpoint on the next invocation",
     )
     parser.add_argument(
         "--results", type=Path, default=RESULTS, help="output root (tables, plot, minatar/runs)"
@@ -1063,6 +1256,8 @@ def child(argv: list[str]) -> int:
     """``--child ALGO GAME SEED FRAMES OUT``: train one peer."""
     algo, game, seed, frames, out = argv
     summary = train_peer(algo, game, int(seed), int(frames), Path(out))
+    if summary is None:
+        return 128 + signal.SIGTERM  # stopped, its checkpoint saved
     print(
         f"{algo} on MinAtar/{game}-v1: {summary['frames']:,} frames in "
         f"{summary['wall_seconds']:.1f} s, final mean return {summary['final_mean_return']}"

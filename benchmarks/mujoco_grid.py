@@ -33,8 +33,9 @@ logged return is the raw episode return (the ``Monitor`` under ``VecNormalize``)
 Layout, resumability and the summary follow ``benchmarks/minatar_grid.py``: each run lives in
 ``<results>/mujoco/runs/<Task>/<algo>/seed<N>/`` with ``summary.json`` and
 ``logs/<algo>/scalars/train/return_window.csv`` (the 100-episode training mean); a complete run
-is skipped, an unfinished one of ours resumes from its checkpoint (``ac-train --resume``), an
-unfinished peer starts again; ``--jobs`` (default 2) runs at once. Output
+is skipped, an unfinished one resumes from its checkpoint (ours with ``ac-train --resume``,
+the peer from its ``minatar_grid.PeerCheckpoint``, ``VecNormalize`` statistics included);
+``--jobs`` (default 2) runs at once. Output
 ``<results>/mujoco.{md,json,png}``: per task and algorithm the final mean return (mean of the
 last 100 training episodes at the end of the run; median and min–max over seeds), fps, the
 curves with seed bands, and the published 1M-step numbers of SB3's zoo (SAC, TD3, PPO; one run
@@ -57,6 +58,7 @@ import io
 import json
 import math
 import pstats
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -199,7 +201,7 @@ def action(run: Run, results: Path, frames: int) -> str:
     summary = grid.read_summary(directory)
     if summary and summary.get("complete") and summary.get("frames_target", 0) >= frames:
         return "done"
-    if run.algo in OURS and grid.has_checkpoint(directory):
+    if grid.has_checkpoint(directory):
         return "resume"
     return "fresh"
 
@@ -262,12 +264,15 @@ def peer_settings(task: str) -> dict[str, Any]:
     return settings
 
 
-def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict:
-    """Train SB3 PPO to ``frames`` on ``task`` and write its run directory; return its summary."""
+def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict | None:
+    """Train SB3 PPO to ``frames`` on ``task`` in ``out`` (resuming its checkpoint if any).
+
+    Returns its summary, or None when it was stopped before the end (checkpoint saved, the
+    ``VecNormalize`` statistics with it).
+    """
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -276,24 +281,21 @@ def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict:
     settings = peer_settings(task)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": 1, "normalize": True}
     log = grid.PeerLog(out, algo, env_id, seed, frames, config | grid._jsonable(settings))
-    log.write_summary(complete=False)
-
-    class Logger(BaseCallback):
-        def _on_step(self) -> bool:
-            for info in self.locals["infos"]:
-                if "episode" in info:
-                    log.episode(info["episode"]["r"])
-            log.step(self.num_timesteps)
-            return True
-
-    env = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed)
-    env = VecNormalize(env, gamma=settings["gamma"])
+    checkpoint = grid.PeerCheckpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
+    saved = checkpoint.latest()
+    venv = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed + checkpoint.saved_frames())
+    if saved is None:
+        env = VecNormalize(venv, gamma=settings["gamma"])
+    else:  # the running statistics the policy was trained with
+        env = VecNormalize.load(str(saved / NORMALIZE), venv)
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
-    model.learn(total_timesteps=frames, callback=Logger())
-    log.step(model.num_timesteps, force=True)
-    log.write_summary(complete=True)
+    complete = grid.learn_peer(model, log, checkpoint, frames, seed)
     env.close()
-    return grid.read_summary(out)
+    return grid.read_summary(out) if complete else None
+
+
+NORMALIZE = "vecnormalize.pkl"
+"""The peer checkpoint's file of ``VecNormalize`` statistics."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -563,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="seconds per run before it is stopped (default: 1 s per 50 steps + 10 min); a "
-        "stopped run of ours resumes on the next invocation",
+        "stopped run resumes from its checkpoint on the next invocation",
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="output root")
     parser.add_argument(
@@ -612,6 +614,8 @@ def child(argv: list[str]) -> int:
     """``--child ALGO TASK SEED FRAMES OUT``: train one peer."""
     algo, task, seed, frames, out = argv
     summary = train_peer(algo, task, int(seed), int(frames), Path(out))
+    if summary is None:
+        return 128 + signal.SIGTERM  # stopped, its checkpoint saved
     print(
         f"{algo} on {task}-v5: {summary['frames']:,} steps in {summary['wall_seconds']:.1f} s, "
         f"final mean return {summary['final_mean_return']}"

@@ -311,3 +311,135 @@ def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):
     summary = bench.train_peer("sb3_a2c", "Breakout", 1, 1_600, out)
     assert summary["complete"] and summary["frames"] >= 1_600  # 16 envs × 5 steps per update
     assert (out / "logs" / "sb3_a2c" / "scalars" / "train" / "return_window.csv").is_file()
+
+
+def sigterm_once(summary: Path, frames: int, deadline: float = 60.0) -> threading.Thread:
+    """A thread that sends this process SIGTERM once ``summary`` reports ``frames`` or more.
+
+    What the grid does to a peer it stops (``_kill_group``), without a second process. It only
+    signals while a handler other than the default one is installed (the peer's), so a run that
+    ends first fails its test instead of killing pytest.
+    """
+
+    def watch():
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            try:
+                reached = json.loads(summary.read_text())["frames"] >= frames
+            except (OSError, ValueError, KeyError):
+                reached = False
+            if reached:
+                if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def csv_rows(run: Path, algo: str, name: str) -> list[tuple[float, float]]:
+    text = (run / "logs" / algo / "scalars" / f"{name}.csv").read_text()
+    return [tuple(map(float, line.split(","))) for line in text.splitlines() if line.strip()]
+
+
+def test_peer_checkpoint_restores_parameters_optimizer_counters_replay_and_log(bench, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    import torch
+
+    settings = bench.peer_settings("sb3_dqn", 3_000) | {"buffer_size": 1_000}
+    settings["learning_starts"] = 500
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the peers run (much faster beside other jobs)
+    try:
+        check_roundtrip(bench, tmp_path, settings)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check_roundtrip(bench, tmp_path, settings):
+    """Save a trained DQN and its log, restore both into fresh ones, compare everything."""
+    import numpy as np
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from ac_extensions.runtime.envs import make_gym_env
+
+    def build(out):
+        env = make_vec_env(lambda: make_gym_env("MinAtar/Breakout-v1"), n_envs=1, seed=1)
+        model = DQN("MlpPolicy", env, seed=1, device="cpu", **settings)
+        return model, bench.PeerLog(out, "sb3_dqn", "MinAtar/Breakout-v1", 1, 3_000, {})
+
+    model, log = build(tmp_path)
+    model.learn(600)  # 100 updates after learning starts: optimiser state to restore
+    for r in (1.0, 2.0, 4.0):
+        log.episode(r)
+    log.step(model.num_timesteps, force=True)
+    log.step(model.num_timesteps + 500, force=True)  # a row the stopped run wrote after saving
+    log.frames = model.num_timesteps
+    checkpoint = bench.PeerCheckpoint(tmp_path)
+    assert checkpoint.latest() is None and checkpoint.saved_frames() == 0
+    path = checkpoint.save(model, log)
+    assert checkpoint.latest() == path and checkpoint.saved_frames() == 600
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "600"
+    assert sorted(p.name for p in path.iterdir()) == ["model.zip", "replay.pkl", "state.json"]
+
+    other, other_log = build(tmp_path)
+    assert checkpoint.restore(other, other_log, path) == 600
+    loaded = other.policy.state_dict()
+    for name, value in model.policy.state_dict().items():  # q_net and q_net_target
+        assert torch.equal(value, loaded[name]), name
+    saved_opt, loaded_opt = model.policy.optimizer.state_dict(), other.policy.optimizer.state_dict()
+    assert saved_opt["state"].keys() == loaded_opt["state"].keys() and saved_opt["state"]
+    for key, state in saved_opt["state"].items():
+        for name, value in state.items():
+            assert torch.equal(
+                torch.as_tensor(value), torch.as_tensor(loaded_opt["state"][key][name])
+            )
+    assert other.num_timesteps == 600
+    assert (other._n_calls, other._episode_num) == (model._n_calls, model._episode_num)
+    assert other._n_calls == 600 and other._n_updates == model._n_updates > 0
+    assert (other.replay_buffer.pos, other.replay_buffer.full) == (600, False)
+    assert np.array_equal(other.replay_buffer.observations, model.replay_buffer.observations)
+    assert np.array_equal(other.replay_buffer.actions, model.replay_buffer.actions)
+    assert list(other_log.window) == [1.0, 2.0, 4.0] and other_log.episodes == 3
+    assert other_log.resumed_at == [600]
+    # The CSV row past the checkpoint is dropped: the resumed run writes those frames again.
+    assert [f for f, _ in csv_rows(tmp_path, "sb3_dqn", bench.CURVE)] == [600.0]
+    # A newer checkpoint replaces the older one.
+    other.learn(100, reset_num_timesteps=False)
+    assert checkpoint.save(other, other_log).name == "700"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["700", "latest"]
+
+
+@pytest.mark.timeout(180)
+def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    out = bench.Run("Breakout", "sb3_dqn", 1).directory(tmp_path)
+    budget = 6_500  # learning starts at 5,000 frames
+    watcher = sigterm_once(out / "summary.json", 5_600)
+    assert bench.train_peer("sb3_dqn", "Breakout", 1, budget, out) is None  # stopped
+    watcher.join()
+    stopped = json.loads((out / "summary.json").read_text())
+    assert not stopped["complete"]
+    state = json.loads((bench.PeerCheckpoint(out).latest() / "state.json").read_text())
+    at = state["frames"]
+    assert 5_600 <= at < budget and state["counters"]["_n_updates"] > 0
+    assert stopped["frames"] == at
+    assert bench.action(bench.Run("Breakout", "sb3_dqn", 1), tmp_path, budget) == "resume"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone again
+
+    summary = bench.train_peer("sb3_dqn", "Breakout", 1, budget, out)
+    assert summary["complete"] and summary["frames"] == budget
+    assert summary["resumed_at_frames"] == [at]
+    assert summary["wall_seconds"] >= stopped["wall_seconds"]  # one clock across the stop
+    for name in (bench.CURVE, bench.SECONDS, "train/episodes"):
+        rows = csv_rows(out, "sb3_dqn", name)
+        frames = [f for f, _ in rows]
+        assert frames == sorted(set(frames)), name  # one increasing line across the stop
+        if name != bench.CURVE:  # the clock and the episode count go on from the checkpoint
+            assert [v for _, v in rows] == sorted(v for _, v in rows), name

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests._helpers import load_script
-from tests.test_minatar_benchmark import fake_run
+from tests.test_minatar_benchmark import fake_run, sigterm_once
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mujoco_grid.py"
 
@@ -145,3 +145,29 @@ def test_the_grid_runs_its_own_cells_through_the_shared_runner(bench, tmp_path, 
     args.keep_checkpoints = False
     assert bench.run_grid(runs, args) == 0
     assert sorted(map(str, started)) == sorted(["Hopper-v5", str(["sb3_ppo", "Hopper"])])
+
+
+@pytest.mark.timeout(180)
+def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("mujoco")
+    import pickle
+
+    out = bench.Run("Hopper", "sb3_ppo", 1).directory(tmp_path)
+    budget = 2_048  # four rollouts of 512 steps
+    watcher = sigterm_once(out / "summary.json", 600)
+    assert bench.train_peer("sb3_ppo", "Hopper", 1, budget, out) is None  # stopped
+    watcher.join()
+    saved = bench.grid.PeerCheckpoint(out).latest()
+    at = json.loads((saved / "state.json").read_text())["frames"]
+    assert at % 512 == 0 and 512 <= at < budget  # at a rollout start: all of it trained on
+    assert sorted(p.name for p in saved.iterdir()) == ["model.zip", "state.json", bench.NORMALIZE]
+    with open(saved / bench.NORMALIZE, "rb") as f:
+        statistics = pickle.load(f)
+    # Every step's observation and the first reset's (plus VecNormalize's ε count of 1e-4).
+    assert statistics.obs_rms.count == pytest.approx(at + 1, abs=1e-3)
+    assert bench.action(bench.Run("Hopper", "sb3_ppo", 1), tmp_path, budget) == "resume"
+
+    summary = bench.train_peer("sb3_ppo", "Hopper", 1, budget, out)
+    assert summary["complete"] and summary["frames"] == budget
+    assert summary["resumed_at_frames"] == [at]
