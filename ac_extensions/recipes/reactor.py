@@ -382,7 +382,11 @@ def build(config: ReactorConfig):
         priority_metric=config.priority_metric,
         bootstrap_states=config.bootstrap_states,
     )
-    optimizer = torch.optim.Adam(loss.actor_network_params.values(True, True), lr=config.lr)
+    # fused: torch's one-kernel Adam (the same update; ~half the CPU of the per-tensor loop
+    # for these ~15 small tensors, benchmarks/results/optimizer_step.md).
+    optimizer = torch.optim.Adam(
+        loss.actor_network_params.values(True, True), lr=config.lr, fused=True
+    )
     target = HardUpdate(loss, value_network_update_interval=config.target_update_period - 1)
     return actor, loss, optimizer, target
 
@@ -473,7 +477,7 @@ def learner_step(
     optimizer.zero_grad(set_to_none=True)
     total.backward()
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm, foreach=True)
     if guard is not None and not guard.update_ok(total, grad_norm):
         return None  # no step, no priorities (NaN td_error would poison the sampler), no target
     optimizer.step()
