@@ -58,7 +58,7 @@ reader handles both. ``output.log`` keeps the run's stdout/stderr.
 Resumable: a run whose ``summary.json`` says ``complete: true`` (at a budget of at least
 ``--frames``) is skipped; an unfinished run of ours continues with ``ac-train --resume`` from
 its newest checkpoint, an unfinished peer from its own (:class:`PeerCheckpoint`: SB3's model
-file, replay buffer and counters, saved every 10 minutes and when the run is stopped); a run
+file, replay buffer and counters, saved every 5 minutes and when the run is stopped); a run
 with no checkpoint starts again. A resumed run starts new episodes where the stopped one had
 episodes in progress. Finished runs' ``checkpoints/`` are deleted (ACER's, Reactor's and the
 DQN peers' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs``
@@ -119,6 +119,10 @@ PEERS = ("sb3_ppo", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
 ALGOS = OURS + PEERS
 WINDOW = 100
 """Finished episodes in the moving mean (the MinAtar paper's metric)."""
+CHECKPOINT_MINUTES = 5.0
+"""Every run saves a checkpoint about this often (ours: ``ac-train --checkpoint-minutes``; a
+replaying run otherwise writes its replay every 10 updates, every few seconds on MuJoCo), and
+a peer also when it is stopped."""
 LOG_EVERY = 1000
 """A peer writes a CSV row at most every this many frames (and at the end)."""
 CURVE = "train/return_window"
@@ -224,8 +228,9 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
         script = str(Path(__file__).resolve())
         child = ["--child", run.algo, run.game, str(run.seed), str(frames), str(directory)]
         return [sys.executable, script, *child]
+    every = ["--checkpoint-minutes", f"{CHECKPOINT_MINUTES:g}"]
     if how == "resume":
-        return [*ac_train(), run.algo, "--resume", str(directory), "--frames", str(frames)]
+        return [*ac_train(), run.algo, "--resume", str(directory), "--frames", str(frames), *every]
     return [
         *ac_train(),
         run.algo,
@@ -239,6 +244,7 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
         str(WINDOW),
         "--out",
         str(directory),
+        *every,
     ]
 
 
@@ -628,10 +634,6 @@ class PeerLog:
         atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
 
 
-CHECKPOINT_SECONDS = 600.0
-"""A peer saves a checkpoint at least this often (wall seconds), and when it is stopped."""
-
-
 class PeerStopped(Exception):
     """Ends SB3's ``learn`` once a stopped peer has saved its checkpoint."""
 
@@ -658,7 +660,7 @@ class PeerCheckpoint:
     so a resumed run is not, draw for draw, the run that was never stopped.
     """
 
-    def __init__(self, out: Path, every: float = CHECKPOINT_SECONDS, extra_save=None) -> None:
+    def __init__(self, out: Path, every: float = 60 * CHECKPOINT_MINUTES, extra_save=None) -> None:
         self.root = Path(out) / "checkpoints"
         self.every = every
         self.extra_save = extra_save

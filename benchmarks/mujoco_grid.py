@@ -212,8 +212,14 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
     if run.algo in PEERS:
         child = ["--child", run.algo, run.task, str(run.seed), str(frames), str(directory)]
         return [sys.executable, str(Path(__file__).resolve()), *child]
+    every = ["--checkpoint-minutes", f"{grid.CHECKPOINT_MINUTES:g}"]
     if how == "resume":
-        return [*grid.ac_train(), "acer", "--resume", str(directory), "--frames", str(frames)]
+        return [
+            *grid.ac_train(),
+            "acer",
+            *("--resume", str(directory), "--frames", str(frames)),
+            *every,
+        ]
     extra = paper_flags() if run.algo == "acer_paper" else []
     return [
         *grid.ac_train(),
@@ -226,6 +232,7 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
         str(run.seed),
         "--return-window",
         str(WINDOW),
+        *every,
         "--out",
         str(directory),
         *extra,

@@ -210,9 +210,13 @@ def test_complete_runs_are_skipped_and_unfinished_resumed(bench, tmp_path, monke
         "ppo",
         *("--env", "MinAtar/Breakout-v1", "--frames", "3000", "--seed", "3"),
         *("--return-window", "100", "--out", str(d(3))),
+        *("--checkpoint-minutes", "5"),
     ]
     resumed = bench.command(bench.Run("Breakout", "ppo", 2), tmp_path, 3000, "resume")
-    assert resumed[1:] == ["ppo", "--resume", str(d(2)), "--frames", "3000"]
+    assert resumed[1:] == [
+        *("ppo", "--resume", str(d(2)), "--frames", "3000"),
+        *("--checkpoint-minutes", "5"),
+    ]
 
 
 @pytest.mark.timeout(60)

@@ -48,11 +48,9 @@ def test_complete_runs_are_skipped_and_unfinished_ones_of_ours_resume(bench, tmp
     (run.directory(tmp_path) / "checkpoints").mkdir()
     (run.directory(tmp_path) / "checkpoints" / "latest").write_text("ckpt-1")
     assert bench.action(run, tmp_path, 5000) == "resume"
-    assert bench.command(run, tmp_path, 5000, "resume")[-4:] == [
-        "--resume",
-        str(run.directory(tmp_path)),
-        "--frames",
-        "5000",
+    assert bench.command(run, tmp_path, 5000, "resume")[-6:] == [
+        *("--resume", str(run.directory(tmp_path)), "--frames", "5000"),
+        *("--checkpoint-minutes", "5"),  # not a replay write every few seconds
     ]
 
 

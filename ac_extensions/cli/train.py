@@ -83,6 +83,14 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         help="save a checkpoint every K updates (0: only at the end)",
     )
     run.add_argument(
+        "--checkpoint-minutes",
+        type=float,
+        default=0.0,
+        metavar="M",
+        help="and at most once every M minutes (the final one always): for long runs whose "
+        "checkpoints hold a replay (0: no such limit)",
+    )
+    run.add_argument(
         "--resume",
         type=Path,
         default=None,
@@ -111,10 +119,20 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
         raise UsageError(f"unknown algorithm {name!r} (choose from {', '.join(RECIPES)})")
     _, config_cls = load_recipe(name)
     args = build_parser(name, config_cls).parse_args(argv[1:])
-    run_options = {"out", "logger", "threshold", "checkpoint_every", "resume", "quiet"}
+    run_options = {
+        "out",
+        "logger",
+        "threshold",
+        "checkpoint_every",
+        "checkpoint_minutes",
+        "resume",
+        "quiet",
+    }
     given = {k: v for k, v in vars(args).items() if k not in run_options}
     if args.checkpoint_every < 0:
         raise UsageError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    if not args.checkpoint_minutes >= 0:
+        raise UsageError(f"--checkpoint-minutes must be >= 0, got {args.checkpoint_minutes}")
     if args.resume is not None:
         saved_name, saved = read_run(args.resume)
         if saved_name != name:
@@ -309,7 +327,11 @@ def train_command(argv: list[str]) -> int:
     if not resumable and args.resume is not None:
         raise UsageError(f"the {name} recipe has no checkpoint support yet: cannot resume")
     tracker = Tracker(args.threshold)
-    checkpointer = Checkpointer(out / "checkpoints", every=args.checkpoint_every)
+    checkpointer = Checkpointer(
+        out / "checkpoints",
+        every=args.checkpoint_every,
+        min_seconds=60 * args.checkpoint_minutes,
+    )
     logger_state = prepare_output(args, checkpointer, tracker)
 
     out.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -143,6 +144,10 @@ class Checkpointer:
         every: save after every this many updates (collected batches); 0: only at the end.
         extra: optional callable whose dict is saved along (the caller's own counters, e.g.
             the CLI's threshold tracker); :meth:`load` returns it under ``"extra"``.
+        min_seconds: skip a periodic save while fewer than this many seconds have passed
+            since the last save (or since this object was made): for long runs whose updates
+            come every few seconds and whose checkpoints hold a replay (tens to hundreds of
+            MB). 0 (the default): every ``every`` updates, however soon.
     """
 
     POINTER = "latest"
@@ -154,12 +159,17 @@ class Checkpointer:
         directory: str | os.PathLike,
         every: int = 10,
         extra: Callable[[], dict] | None = None,
+        min_seconds: float = 0.0,
     ) -> None:
         if every < 0:
             raise ValueError(f"every must be >= 0, got {every}")
+        if not min_seconds >= 0:
+            raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
         self.directory = Path(directory)
         self.every = every
         self.extra = extra
+        self.min_seconds = float(min_seconds)
+        self._saved_at = time.monotonic()
         self.failed_saves = 0
         """Periodic saves that failed (and were skipped with a warning) so far."""
 
@@ -202,6 +212,9 @@ class Checkpointer:
     ) -> Path | None:
         """Save ``state()`` (and ``replay``) every ``every`` updates and when ``final``.
 
+        A periodic save also waits for ``min_seconds`` since the last one (the next multiple
+        of ``every`` after that saves).
+
         A periodic save that fails with an ``OSError`` (a full disk, a lost mount) warns
         (:class:`TrainingWarning`) and the run goes on: the previous checkpoint stays the newest,
         intact, and the next periodic save tries again. The final save raises instead, so that
@@ -211,6 +224,8 @@ class Checkpointer:
             The checkpoint's path, or None when nothing was saved.
         """
         if not final and (self.every == 0 or updates % self.every):
+            return None
+        if not final and time.monotonic() - self._saved_at < self.min_seconds:
             return None
         if final:
             return self.save(updates, state(), replay=replay)
@@ -277,4 +292,5 @@ class Checkpointer:
         for old in self.directory.iterdir():  # older checkpoints and interrupted writes
             if old.is_dir() and old.name != name and old.name.lstrip(".").startswith("ckpt-"):
                 shutil.rmtree(old, ignore_errors=True)
+        self._saved_at = time.monotonic()
         return final

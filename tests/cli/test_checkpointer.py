@@ -82,3 +82,20 @@ def test_training_state_round_trip_restores_weights_optimizer_counters_and_rng(t
     assert torch.equal(torch.rand(3), expected[0])
     assert torch.equal(torch.rand(3, generator=other_generator), expected[1])
     assert resume(None, other, other_optimizer, other_progress) == {}
+
+
+def test_min_seconds_spaces_the_periodic_saves_but_never_the_final_one(tmp_path, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("ac_extensions.runtime.checkpoint.time.monotonic", lambda: clock[0])
+    checkpointer = Checkpointer(tmp_path, every=2, min_seconds=60)
+    saved = []
+    for update, now in enumerate([110, 130, 165, 170, 171, 200, 240, 250], 1):
+        clock[0] = now
+        if checkpointer.maybe_save(update, lambda u=update: _state(u), final=update == 8):
+            saved.append(update)
+    # Multiples of 2 at 130 s (30 s after start: too soon), 170 s (70 s: saved), 200 s (30 s
+    # after that save: too soon); update 8 is the final one.
+    assert saved == [4, 8]
+    assert Checkpointer(tmp_path).load()["counters"] == {"batches": 8}
+    with pytest.raises(ValueError, match="min_seconds"):
+        Checkpointer(tmp_path, min_seconds=-1)

@@ -269,3 +269,14 @@ def test_progress_line_is_a_carriage_return_line_only_when_enabled(monkeypatch):
                 assert part in text, text
         else:
             assert text == ""
+
+
+def test_checkpoint_minutes_is_a_run_option_not_a_config_field(tmp_path):
+    from ac_extensions.cli._config import UsageError
+
+    argv = ["acer", "--checkpoint-minutes", "5", "--out", str(tmp_path / "run"), *TINY]
+    name, config, args = train.parse(argv)
+    assert (name, args.checkpoint_minutes) == ("acer", 5.0)
+    assert not hasattr(config, "checkpoint_minutes")  # not saved with the run's config
+    with pytest.raises(UsageError, match="--checkpoint-minutes must be >= 0"):
+        train.parse(["acer", "--checkpoint-minutes", "-1", *TINY])
