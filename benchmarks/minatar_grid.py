@@ -606,11 +606,9 @@ class PeerLog:
         self.start = time.perf_counter() - state["seconds"]
         self.logged = -math.inf if state["logged"] is None else state["logged"]
         self.resumed_at = [*state["resumed_at"], state["frames"]]
-        for path in self.scalars.glob("**/*.csv"):
-            rows = path.read_text().splitlines()
-            kept = [r for r in rows if r.strip() and float(r.split(",")[0]) <= self.frames]
-            if len(kept) != len(rows):
-                path.write_text("".join(f"{r}\n" for r in kept))
+        from ac_extensions.cli.train import truncate_logs  # what ac-train --resume does
+
+        truncate_logs(self.scalars, self.frames)
 
     def write_summary(self, complete: bool) -> None:
         """Rewrite ``summary.json`` (atomically)."""
