@@ -640,82 +640,74 @@ class PeerCheckpoint:
     """Checkpoints of one SB3 peer run, so that a stopped run goes on where it was.
 
     The peers that matter here take hours (``sb3_dqn`` ≈2 h, ``sb3_qrdqn`` ≈10–15 h per
-    MinAtar run): longer than a job can run undisturbed on a shared machine. Layout, as
-    ``ac-train``'s (``checkpoints/latest`` names the newest, so :func:`has_checkpoint` and
-    :func:`action` treat both alike): ``checkpoints/<frames>/`` holds ``model.zip`` (SB3's
-    file: the policy, its target network where it has one, and the optimiser state),
-    ``replay.pkl`` (off-policy peers: SB3's replay buffer), what ``extra_save`` writes (the
-    MuJoCo peer: its ``VecNormalize`` statistics) and ``state.json`` (the counters SB3 does not
-    load with the parameters, and the episode window and clock of the :class:`PeerLog`). A
-    checkpoint is written in a ``.partial`` folder, renamed, then named in ``latest``, so a
-    kill at any moment leaves the previous one usable.
+    MinAtar run): longer than a job can run undisturbed on a shared machine. They are written
+    by ``ac-train``'s :class:`~ac_extensions.runtime.Checkpointer` (same layout, same atomic
+    write, same full-disk handling; :func:`has_checkpoint` and :func:`action` treat both
+    alike): ``checkpoints/latest`` names ``ckpt-<frames>/``, which holds ``state.pt`` (the
+    counters SB3 does not load with the parameters, and the episode window and clock of the
+    :class:`PeerLog`), ``model.zip`` (SB3's file: the policy, its target network where it has
+    one, and the optimiser state), ``replay.pkl`` (off-policy peers: SB3's replay buffer) and
+    what ``extra_save`` writes (the MuJoCo peer: its ``VecNormalize`` statistics).
 
     It is saved at the start of a rollout, when everything collected so far has been trained
-    on (nothing is half done): at least every ``every`` seconds, and after the process got
-    SIGTERM or SIGINT (the grid stops runs with SIGTERM), which then ends training with
-    :class:`PeerStopped`. Not kept: the episodes in progress (a resumed run's envs start new
-    ones, their frames stay counted) and the random streams (reseeded with ``seed + frames``),
-    so a resumed run is not, draw for draw, the run that was never stopped.
+    on (nothing is half done): at least every ``every`` seconds (a periodic save that fails,
+    a full disk, warns and the run goes on), and after the process got SIGTERM or SIGINT (the
+    grid stops runs with SIGTERM), which then ends training with :class:`PeerStopped`. Not
+    kept: the episodes in progress (a resumed run's envs start new ones, their frames stay
+    counted) and the random streams (reseeded with ``seed + frames``), so a resumed run is
+    not, draw for draw, the run that was never stopped.
     """
 
     def __init__(self, out: Path, every: float = 60 * CHECKPOINT_MINUTES, extra_save=None) -> None:
-        self.root = Path(out) / "checkpoints"
-        self.every = every
+        from ac_extensions.runtime import Checkpointer
+
+        self.checkpointer = Checkpointer(Path(out) / "checkpoints", every=1, min_seconds=every)
         self.extra_save = extra_save
         self.stop_requested = False
-        self.saved_at = time.perf_counter()
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint folder, or None."""
-        try:
-            name = (self.root / "latest").read_text().strip()
-        except OSError:
-            return None
-        path = self.root / name
-        return path if name and (path / "state.json").is_file() else None
+        return self.checkpointer.latest()
 
     def saved_frames(self) -> int:
         """Frames of the newest checkpoint (0 without one)."""
-        path = self.latest()
-        return 0 if path is None else json.loads((path / "state.json").read_text())["frames"]
+        state = self.checkpointer.load()
+        return 0 if state is None else state["frames"]
 
-    def save(self, model, log: PeerLog) -> Path:
-        """Write a checkpoint of ``model`` and ``log`` now; return its folder."""
-        from ac_extensions.runtime import atomic_write_text
+    def save(self, model, log: PeerLog, *, final: bool = True) -> Path | None:
+        """Write a checkpoint of ``model`` and ``log``; return its folder.
 
+        ``final=False``: only if ``every`` seconds have passed since the last one (None
+        otherwise, or when the write failed and was warned about).
+        """
         frames = int(model.num_timesteps)
-        final, partial = self.root / str(frames), self.root / f".{frames}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        model.save(partial / "model.zip")
-        if getattr(model, "replay_buffer", None) is not None:
-            model.save_replay_buffer(partial / "replay.pkl")
-        if self.extra_save is not None:
-            self.extra_save(partial)
         counters = {  # DQN's _n_calls paces its target copies; the others count
             k: getattr(model, k)
             for k in ("_n_calls", "_n_updates", "_episode_num")
             if hasattr(model, k)
         }
-        state = {"frames": frames, "counters": counters}
-        log.frames = frames
-        state["log"] = log.state()
-        (partial / "state.json").write_text(json.dumps(state, indent=1) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        partial.rename(final)
-        atomic_write_text(self.root / "latest", f"{final.name}\n")
-        for other in self.root.iterdir():
-            if other.is_dir() and other != final:
-                shutil.rmtree(other, ignore_errors=True)
-        self.saved_at = time.perf_counter()
-        return final
 
-    def restore(self, model, log: PeerLog, path: Path) -> int:
-        """Load the checkpoint at ``path`` into a freshly built ``model`` and ``log``.
+        def state() -> dict:
+            log.frames = frames
+            return {"frames": frames, "counters": counters, "log": log.state()}
 
-        Returns its frames (``model.num_timesteps``).
+        def files(folder: Path) -> None:
+            model.save(folder / "model.zip")
+            if getattr(model, "replay_buffer", None) is not None:
+                model.save_replay_buffer(folder / "replay.pkl")
+            if self.extra_save is not None:
+                self.extra_save(folder)
+
+        return self.checkpointer.maybe_save(frames, state, files=files, final=final)
+
+    def restore(self, model, log: PeerLog) -> int:
+        """Load the newest checkpoint into a freshly built ``model`` and ``log``.
+
+        Returns its frames (``model.num_timesteps``), 0 when there is none.
         """
-        state = json.loads((path / "state.json").read_text())
+        path, state = self.checkpointer.latest(), self.checkpointer.load()
+        if state is None:
+            return 0
         model.set_parameters(str(path / "model.zip"), exact_match=True, device=model.device)
         model.num_timesteps = state["frames"]
         for name, value in state["counters"].items():
@@ -723,7 +715,6 @@ class PeerCheckpoint:
         if (path / "replay.pkl").is_file():
             model.load_replay_buffer(path / "replay.pkl")
         log.restore(state["log"])
-        self.saved_at = time.perf_counter()
         return state["frames"]
 
     def callback(self, log: PeerLog):
@@ -737,8 +728,7 @@ class PeerCheckpoint:
                 if checkpoint.stop_requested:
                     checkpoint.save(self.model, log)
                     raise PeerStopped(f"stopped at {self.model.num_timesteps:,} frames")
-                if time.perf_counter() - checkpoint.saved_at >= checkpoint.every:
-                    checkpoint.save(self.model, log)
+                checkpoint.save(self.model, log, final=False)
 
             def _on_step(self) -> bool:
                 return True
@@ -755,9 +745,8 @@ def learn_peer(model, log: PeerLog, checkpoint: PeerCheckpoint, frames: int, see
     """
     from stable_baselines3.common.callbacks import BaseCallback
 
-    saved = checkpoint.latest()
-    if saved is not None:
-        done = checkpoint.restore(model, log, saved)
+    done = checkpoint.restore(model, log)
+    if done:
         model.set_random_seed(seed + done)
         print(f"resumed from the checkpoint at {done:,} frames", flush=True)
     log.write_summary(complete=False)
@@ -779,7 +768,7 @@ def learn_peer(model, log: PeerLog, checkpoint: PeerCheckpoint, frames: int, see
             model.learn(
                 total_timesteps=frames - model.num_timesteps,
                 callback=[Logger(), checkpoint.callback(log)],
-                reset_num_timesteps=saved is None,
+                reset_num_timesteps=not done,
             )
     except PeerStopped as stop:
         print(f"{stop}; the same command resumes it", flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ac_extensions.runtime import TrainingWarning
 from tests._helpers import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_grid.py"
@@ -387,13 +389,15 @@ def check_roundtrip(bench, tmp_path, settings):
     log.frames = model.num_timesteps
     checkpoint = bench.PeerCheckpoint(tmp_path)
     assert checkpoint.latest() is None and checkpoint.saved_frames() == 0
+    assert checkpoint.save(model, log, final=False) is None  # not `every` seconds yet
     path = checkpoint.save(model, log)
     assert checkpoint.latest() == path and checkpoint.saved_frames() == 600
-    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "600"
-    assert sorted(p.name for p in path.iterdir()) == ["model.zip", "replay.pkl", "state.json"]
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "ckpt-000000600"
+    assert sorted(p.name for p in path.iterdir()) == ["model.zip", "replay.pkl", "state.pt"]
 
     other, other_log = build(tmp_path)
-    assert checkpoint.restore(other, other_log, path) == 600
+    assert bench.PeerCheckpoint(tmp_path / "nothing").restore(other, other_log) == 0
+    assert checkpoint.restore(other, other_log) == 600
     loaded = other.policy.state_dict()
     for name, value in model.policy.state_dict().items():  # q_net and q_net_target
         assert torch.equal(value, loaded[name]), name
@@ -416,8 +420,35 @@ def check_roundtrip(bench, tmp_path, settings):
     assert [f for f, _ in csv_rows(tmp_path, "sb3_dqn", bench.CURVE)] == [600.0]
     # A newer checkpoint replaces the older one.
     other.learn(100, reset_num_timesteps=False)
-    assert checkpoint.save(other, other_log).name == "700"
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["700", "latest"]
+    assert checkpoint.save(other, other_log).name == "ckpt-000000700"
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["ckpt-000000700", "latest"]
+
+
+def test_a_peer_checkpoint_that_cannot_be_written_keeps_the_previous_one(bench, tmp_path):
+    """A periodic peer save that fails (a full disk) warns and keeps the older checkpoint."""
+    pytest.importorskip("stable_baselines3")
+
+    class Model:  # what PeerCheckpoint.save reads of an SB3 model
+        replay_buffer = None
+
+        def __init__(self, frames, fail=False):
+            self.num_timesteps, self.fail = frames, fail
+
+        def save(self, path):
+            if self.fail:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            Path(path).write_bytes(b"model")
+
+    log = bench.PeerLog(tmp_path, "sb3_ppo", "MinAtar/Breakout-v1", 1, 1_000, {})
+    checkpoint = bench.PeerCheckpoint(tmp_path, every=0)
+    kept = checkpoint.save(Model(100), log, final=False)
+    with pytest.warns(TrainingWarning, match="ckpt-000000200 not written"):
+        assert checkpoint.save(Model(200, fail=True), log, final=False) is None
+    assert checkpoint.latest() == kept and checkpoint.saved_frames() == 100
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [kept.name, "latest"]
+    with pytest.raises(OSError, match="ckpt-000000100 is still the newest"):
+        checkpoint.save(Model(300, fail=True), log)  # the save on a stop raises
 
 
 @pytest.mark.timeout(180)
@@ -431,8 +462,7 @@ def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
     watcher.join()
     stopped = json.loads((out / "summary.json").read_text())
     assert not stopped["complete"]
-    state = json.loads((bench.PeerCheckpoint(out).latest() / "state.json").read_text())
-    at = state["frames"]
+    at = bench.PeerCheckpoint(out).saved_frames()
     assert 5_000 <= at < budget  # (restoring updates, optimiser state: the test above)
     assert stopped["frames"] == at
     assert bench.action(bench.Run("Breakout", "sb3_dqn", 1), tmp_path, budget) == "resume"

@@ -157,9 +157,11 @@ def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_pat
     assert bench.train_peer("sb3_ppo", "Hopper", 1, budget, out) is None  # stopped
     watcher.join()
     saved = bench.grid.PeerCheckpoint(out).latest()
-    at = json.loads((saved / "state.json").read_text())["frames"]
+    at = bench.grid.PeerCheckpoint(out).saved_frames()
     assert at % 512 == 0 and 512 <= at < budget  # at a rollout start: all of it trained on
-    assert sorted(p.name for p in saved.iterdir()) == ["model.zip", "state.json", bench.NORMALIZE]
+    assert sorted(p.name for p in saved.iterdir()) == sorted(
+        ["model.zip", "state.pt", bench.NORMALIZE]
+    )
     with open(saved / bench.NORMALIZE, "rb") as f:
         statistics = pickle.load(f)
     # Every step's observation and the first reset's (plus VecNormalize's ε count of 1e-4).

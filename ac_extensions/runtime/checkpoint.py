@@ -208,9 +208,15 @@ class Checkpointer:
         replay.loads(path / self.REPLAY)
 
     def maybe_save(
-        self, updates: int, state: Callable[[], dict[str, Any]], *, replay=None, final=False
+        self,
+        updates: int,
+        state: Callable[[], dict[str, Any]],
+        *,
+        replay=None,
+        files: Callable[[Path], None] | None = None,
+        final=False,
     ) -> Path | None:
-        """Save ``state()`` (and ``replay``) every ``every`` updates and when ``final``.
+        """Save ``state()`` (and ``replay``, ``files``) every ``every`` updates and when ``final``.
 
         A periodic save also waits for ``min_seconds`` since the last one (the next multiple
         of ``every`` after that saves).
@@ -228,9 +234,9 @@ class Checkpointer:
         if not final and time.monotonic() - self._saved_at < self.min_seconds:
             return None
         if final:
-            return self.save(updates, state(), replay=replay)
+            return self.save(updates, state(), replay=replay, files=files)
         try:
-            return self.save(updates, state(), replay=replay)
+            return self.save(updates, state(), replay=replay, files=files)
         except OSError as error:
             self.failed_saves += 1
             warnings.warn(
@@ -246,11 +252,22 @@ class Checkpointer:
         except OSError:
             return None
 
-    def save(self, updates: int, state: dict[str, Any], *, replay=None) -> Path:
+    def save(
+        self,
+        updates: int,
+        state: dict[str, Any],
+        *,
+        replay=None,
+        files: Callable[[Path], None] | None = None,
+    ) -> Path:
         """Write a checkpoint atomically (temporary directory, rename, pointer, clean-up).
 
-        A write that fails half-way (``ENOSPC``: the disk is full) removes what it wrote and
-        leaves the previous checkpoint and the ``latest`` pointer as they were.
+        ``files``, when given, is called with the temporary directory before the rename, to
+        write files of the caller's own format beside ``state.pt`` (the benchmark's
+        Stable-Baselines3 peers write their ``model.zip`` and replay there); what it writes is
+        part of the same atomic checkpoint. A write that fails half-way (``ENOSPC``: the disk
+        is full) removes what it wrote and leaves the previous checkpoint and the ``latest``
+        pointer as they were.
 
         Raises:
             OSError: the write failed; the message names the checkpoint and the one kept.
@@ -269,6 +286,8 @@ class Checkpointer:
                 os.fsync(f.fileno())
             if replay is not None:
                 replay.dumps(tmp / self.REPLAY)
+            if files is not None:
+                files(tmp)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)

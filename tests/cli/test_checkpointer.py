@@ -9,6 +9,7 @@ from ac_extensions.runtime import (
     Checkpointer,
     CheckpointError,
     Progress,
+    TrainingWarning,
     atomic_write_text,
     resume,
     training_state,
@@ -41,6 +42,28 @@ def test_interrupted_write_leaves_the_previous_checkpoint(tmp_path):
     checkpointer.save(2, _state(2))
     assert not partial.exists()  # cleaned up by the next save
     assert checkpointer.load()["counters"] == {"batches": 2}
+
+
+def test_files_are_written_into_the_same_atomic_checkpoint(tmp_path):
+    """``files`` writes the caller's own files beside state.pt; if it fails, nothing is kept."""
+    checkpointer = Checkpointer(tmp_path, every=1)
+
+    def files(folder):
+        assert folder.name.startswith(".ckpt-")  # the temporary folder, before the rename
+        (folder / "model.zip").write_bytes(b"weights")
+
+    path = checkpointer.maybe_save(1, lambda: _state(1), files=files)
+    assert sorted(p.name for p in path.iterdir()) == ["model.zip", "state.pt"]
+    assert (path / "model.zip").read_bytes() == b"weights"
+
+    def full_disk(folder):
+        (folder / "model.zip").write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.warns(TrainingWarning, match="ckpt-000000001 is still the newest"):
+        assert checkpointer.maybe_save(2, lambda: _state(2), files=full_disk) is None
+    assert checkpointer.latest() == path and (path / "model.zip").read_bytes() == b"weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000001", "latest"]
 
 
 def test_corrupt_or_missing_checkpoint_raises_checkpoint_error(tmp_path):
