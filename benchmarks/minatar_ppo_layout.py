@@ -47,8 +47,33 @@ LAYOUTS: dict[str, dict] = {
         "share_torso": True,
         "async_collection": True,
     },
+    "1 worker × 16 envs × 64 steps, 1 thread, shared torso": {
+        "workers": 1,
+        "envs_per_worker": 16,
+        "rollout_length": 64,
+        "torch_threads": 1,
+        "share_torso": True,
+    },
+    "1 worker × 32 envs × 32 steps, 1 thread, shared torso": {
+        "workers": 1,
+        "envs_per_worker": 32,
+        "rollout_length": 32,
+        "torch_threads": 1,
+        "share_torso": True,
+    },
+    "1 worker × 32 envs × 32 steps, 1 thread, shared torso, async": {
+        "workers": 1,
+        "envs_per_worker": 32,
+        "rollout_length": 32,
+        "torch_threads": 1,
+        "share_torso": True,
+        "async_collection": True,
+    },
 }
-"""Name → ``PPOConfig`` overrides (every layout collects 8 × 128 frames per batch). ``async``:
+"""Name → ``PPOConfig`` overrides. Every layout collects 1,024 frames per batch: 8 envs × 128
+steps unless named otherwise (16 × 64 or 32 × 32: the same batch in fewer, wider steps, so
+TorchRL's per-step collection cost is paid for more frames at once; the GAE horizon within a
+batch shortens to 64 or 32 steps). ``async``:
 the worker collects the next batch while the learner trains on this one (TorchRL's
 ``MultiAsyncCollector``), so on 2 cores collection and update overlap instead of alternating;
 the batch was collected by the policy of one update earlier."""
@@ -141,6 +166,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=61_440)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=[*LAYOUTS, PEER], choices=[*LAYOUTS, PEER])
+    parser.add_argument("--out", type=Path, default=RESULTS / "minatar_ppo_layout.md")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.variants}
     for _ in range(args.repeats):
@@ -183,15 +209,17 @@ def main() -> None:
             if args.variants == [*LAYOUTS, PEER]
             else " --variants " + " ".join(f'"{name}"' for name in args.variants)
         )
+        + ("" if args.out == RESULTS / "minatar_ppo_layout.md" else f" --out {args.out}")
         + "` "
         f"({args.frames:,} frames per run, fps and frames per CPU-second of the run's processes "
         "after the first two batches, variants "
-        "alternating run by run; every variant collects 8 envs × 128 steps per batch; "
+        "alternating run by run; every variant collects 1,024 frames per batch, 8 envs × 128 "
+        "steps unless named otherwise; "
         f"{PEER}: `minatar_grid.py`'s SB3 PPO peer).\n\n" + "\n".join(rows) + "\n"
     )
-    RESULTS.mkdir(exist_ok=True)
-    write_markdown(RESULTS / "minatar_ppo_layout.md", text)
-    (RESULTS / "minatar_ppo_layout.json").write_text(json.dumps(runs, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_markdown(args.out, text)
+    args.out.with_suffix(".json").write_text(json.dumps(runs, indent=1) + "\n")
     print(text)
 
 

@@ -21,6 +21,11 @@ Studies (:data:`STUDIES`):
   acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
   frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
   replayed steps per frame; MinAtar's DQN replays 32).
+- ``ppo_envs``: PPO's 1,024-frame batch as 32 envs × 32 steps instead of 8 × 128 (the
+  default; the grid's ``ppo`` rows): TorchRL's per-step collection cost is paid once per 32
+  frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
+  32 steps; with and without ``--async-collection true`` (the batch collected by the policy
+  of one update earlier).
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -48,6 +53,7 @@ from minatar_grid import (  # noqa: E402
     SKIPPED,
     STOPPED,
     WINDOW,
+    Run,
     ac_train,
     has_checkpoint,
     prune_checkpoints,
@@ -68,6 +74,7 @@ STUDIES: dict[str, dict] = {
     },
     "ppo_epochs": {
         "algo": "ppo",
+        "baseline": "3 epochs (default)",
         "variants": {
             # The default (the PPO paper's 3 epochs) is the grid's ppo row (same command).
             "4 epochs (SB3 zoo)": ["--epochs", "4"],
@@ -80,8 +87,26 @@ STUDIES: dict[str, dict] = {
             "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
         },
     },
+    "ppo_envs": {
+        "algo": "ppo",
+        "baseline": "8 envs × 128 steps (default)",
+        "variants": {
+            # The default (8 envs × 128 steps) is the grid's ppo row (same command).
+            "32 envs × 32 steps": ["--envs-per-worker", "32", "--rollout-length", "32"],
+            "32 envs × 32 steps, async": [
+                "--envs-per-worker",
+                "32",
+                "--rollout-length",
+                "32",
+                "--async-collection",
+                "true",
+            ],
+        },
+    },
 }
-"""Study → our algorithm and its variants (name → ``ac-train`` flags)."""
+"""Study → our algorithm and its variants (name → ``ac-train`` flags). A study whose default
+is one of ``minatar_grid.py``'s own runs (the same command without the flags) names it as
+``baseline``: its table shows the grid's runs of the same games and seeds under that name."""
 FRACTIONS = (0.25, 0.5, 1.0)
 """Where along each run the table reads the 100-episode mean (fractions of its frames)."""
 
@@ -167,26 +192,47 @@ def value_at(run: dict, frames: float) -> float | None:
     return points[-1] if points else None
 
 
+def _row(directory: Path) -> dict | None:
+    """One complete run's summary row (None if absent or unfinished)."""
+    run = read_run(directory)
+    if run is None or not run["complete"]:
+        return None
+    return {
+        "seed": run["seed"],
+        "frames": run["frames"],
+        "fps": run["fps"],
+        "final_mean_return": run["final_mean_return"],
+        "at": {str(f): value_at(run, f * run["frames"]) for f in FRACTIONS},
+    }
+
+
 def summarize(results: Path) -> dict:
-    """Every study's runs found under ``results``: ``{study: {variant: {game: [run...]}}}``."""
+    """Every study's runs found under ``results``: ``{study: {variant: {game: [run...]}}}``.
+
+    A study with a ``baseline`` gets it as a first variant: the grid's complete runs of the
+    study's algorithm on the games and seeds its variants ran.
+    """
     found: dict = {}
     for study, spec in STUDIES.items():
         for variant in spec["variants"]:
             for game in GAMES:
                 base = run_dir(results, study, variant, game, 0).parent
                 for directory in sorted(base.glob("seed*")):
-                    run = read_run(directory)
-                    if run is None or not run["complete"]:
+                    row = _row(directory)
+                    if row is None:
                         continue
-                    row = {
-                        "seed": run["seed"],
-                        "frames": run["frames"],
-                        "fps": run["fps"],
-                        "final_mean_return": run["final_mean_return"],
-                        "at": {str(f): value_at(run, f * run["frames"]) for f in FRACTIONS},
-                    }
                     found.setdefault(study, {}).setdefault(variant, {}).setdefault(game, [])
                     found[study][variant][game].append(row)
+        if "baseline" not in spec or study not in found:
+            continue
+        baseline: dict = {}
+        for game in GAMES:
+            seeds = sorted({r["seed"] for v in found[study].values() for r in v.get(game, [])})
+            rows = [_row(Run(game, spec["algo"], seed).directory(results)) for seed in seeds]
+            if any(rows):
+                baseline[game] = [r for r in rows if r is not None]
+        if baseline:
+            found[study] = {spec["baseline"]: baseline, **found[study]}
     return found
 
 
@@ -219,8 +265,10 @@ def markdown(found: dict) -> str:
                 cells = " | ".join("—" if v is None else f"{v:.2f}" for v in at)
                 frames = _median(r["frames"] for r in runs)
                 fps = _median(r["fps"] for r in runs)
+                flags = spec["variants"].get(variant)
+                flags = f"`{' '.join(flags)}`" if flags else f"(`minatar_grid.py`'s {spec['algo']})"
                 lines.append(
-                    f"| {variant} | `{' '.join(spec['variants'][variant])}` | {game} | "
+                    f"| {variant} | {flags} | {game} | "
                     f"{', '.join(str(r['seed']) for r in runs)} | {frames:,.0f} | {cells} | "
                     f"{'—' if fps is None else format(fps, ',.0f')} |"
                 )

@@ -75,3 +75,41 @@ def test_summary_reads_each_run_at_its_fractions(bench, tmp_path):
         "| 3,000 | — | 1.50 | 4.50 | 75 |" in md
     )
     assert "ppo_torso" not in md  # no runs, no table
+
+
+@pytest.mark.timeout(60)
+def test_a_study_with_a_baseline_shows_the_grid_runs_of_its_games_and_seeds(bench, tmp_path):
+    variant = "32 envs × 32 steps"
+    rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0), (4000, 4.0, 100, 3.0)]
+    fake_run(
+        bench.run_dir(tmp_path, "ppo_envs", variant, "Breakout", 1),
+        "ppo",
+        1,
+        final=4.0,
+        curve=rows,
+        fps=300.0,
+    )
+    grid_run = sys.modules["minatar_grid"].Run
+    fake_run(
+        grid_run("Breakout", "ppo", 1).directory(tmp_path),
+        "ppo",
+        1,
+        final=2.0,
+        curve=[(r[0], r[1] / 2, *r[2:]) for r in rows],
+        fps=100.0,
+    )
+    # Another seed and another game of the grid: not run by the study, so not shown.
+    fake_run(grid_run("Breakout", "ppo", 2).directory(tmp_path), "ppo", 2, final=9.0, curve=rows)
+    fake_run(grid_run("Asterix", "ppo", 1).directory(tmp_path), "ppo", 1, final=9.0, curve=rows)
+    found = bench.summarize(tmp_path)
+    baseline = "8 envs × 128 steps (default)"
+    assert list(found["ppo_envs"]) == [baseline, variant]  # the baseline first
+    assert list(found["ppo_envs"][baseline]) == ["Breakout"]
+    assert [r["seed"] for r in found["ppo_envs"][baseline]["Breakout"]] == [1]
+    md = bench.markdown(found)
+    assert (
+        f"| {baseline} | (`minatar_grid.py`'s ppo) | Breakout | 1 | 4,000 | 0.50 | 1.00 | 2.00 "
+        "| 100 |" in md
+    )
+    assert f"| {variant} | `--envs-per-worker 32 --rollout-length 32` | Breakout | 1 " in md
+    assert "ppo_epochs" not in md  # a baseline alone makes no table
