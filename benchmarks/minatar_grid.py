@@ -269,8 +269,7 @@ def stop_on_interrupt():
         with _LIVE_LOCK:  # the main thread never holds it: only the runners' threads do
             _STOPPING.set()
             live = list(_LIVE)
-        for process in live:
-            _kill_group(process)
+        _stop_runs(live)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -283,14 +282,30 @@ def stop_on_interrupt():
         raise SystemExit(130)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """Stop ``process`` and its children (its own session / process group)."""
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+STOP_GRACE_SECONDS = 90
+"""How long a stopped run may take to save its checkpoint and exit before it is killed."""
+
+
+def _stop_runs(processes: list[subprocess.Popen]) -> None:
+    """Stop every run: SIGTERM to each run's own process, then SIGKILL to what is left.
+
+    The signal goes to the run's process alone, not its group: ``ac-train`` then trains the
+    batch in progress to its end, checkpoints it and exits (its collector workers with it),
+    and a peer saves at its next rollout start, so the resumed run loses nothing. Whatever of
+    a run's process group is still alive after :data:`STOP_GRACE_SECONDS` (a run that did not
+    stop, or orphaned workers) is killed.
+    """
+    for process in processes:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(wait)
-            return
+            process.wait(max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(10)
 
 
 STOPPED = "stopped: the grid was interrupted"
@@ -372,7 +387,7 @@ def run_process(cmd: list[str], directory: Path, timeout: float) -> dict:
             if process.returncode != 0 and _STOPPING.is_set():
                 status = STOPPED
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            _stop_runs([process])
             status = f"timeout after {timeout:.0f} s"
         finally:
             with _LIVE_LOCK:

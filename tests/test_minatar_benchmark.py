@@ -280,6 +280,57 @@ def test_a_signal_stops_the_live_run_and_starts_no_other(bench, tmp_path, monkey
     assert bench.run_process(sleeper, tmp_path, 5)["status"] == bench.STOPPED
 
 
+SAVES_ON_SIGTERM = """
+import pathlib, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a worker
+pathlib.Path(sys.argv[1]).write_text(str(child.pid))
+def stop(signum, frame):
+    time.sleep(0.5)  # the batch in progress and its checkpoint
+    pathlib.Path(sys.argv[2]).write_text("saved")
+    sys.exit(143)  # its worker left behind, as a hung collector shutdown would
+signal.signal(signal.SIGTERM, stop)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_stopping_runs_lets_each_save_then_kills_what_is_left(bench, tmp_path, monkeypatch):
+    """SIGTERM to each run's own process, time to save, then SIGKILL to the rest of its group."""
+    monkeypatch.setattr(bench, "STOP_GRACE_SECONDS", 3)
+    saver = subprocess.Popen(
+        [sys.executable, "-c", SAVES_ON_SIGTERM, str(tmp_path / "pid"), str(tmp_path / "saved")],
+        start_new_session=True,
+    )
+    deaf = subprocess.Popen(  # ignores SIGTERM: killed after the grace
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)",
+        ],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert deaf.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int((tmp_path / "pid").read_text())
+    start = time.monotonic()
+    bench._stop_runs([saver, deaf])
+    assert saver.returncode == 143 and (tmp_path / "saved").read_text() == "saved"
+    assert deaf.returncode == -signal.SIGKILL and time.monotonic() - start >= 2.5
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        status = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if status == "Z":  # killed, waiting for its (gone) parent's reaper
+            break
+        time.sleep(0.05)
+    stat = Path(f"/proc/{worker}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
 HOLD_LOCK = """
 import fcntl, sys, time
 f = open(sys.argv[1], "w")
@@ -323,7 +374,7 @@ def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):
 def sigterm_once(summary: Path, frames: int, deadline: float = 60.0) -> threading.Thread:
     """A thread that sends this process SIGTERM once ``summary`` reports ``frames`` or more.
 
-    What the grid does to a peer it stops (``_kill_group``), without a second process. It only
+    What the grid does to a peer it stops (``_stop_runs``), without a second process. It only
     signals while a handler other than the default one is installed (the peer's), so a run that
     ends first fails its test instead of killing pytest.
     """

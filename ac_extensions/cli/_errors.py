@@ -64,7 +64,8 @@ def run_main(prog: str, command: Callable[[list[str]], int], argv: list[str]) ->
     Exit status: 0 success, 2 bad input (usage, unknown names, unreadable checkpoint), 1 a
     failure while running (e.g. ``WorkerError``: a collector worker died;
     ``NonFiniteError``: too many non-finite updates; ``OSError``: the final checkpoint could
-    not be written), 130 interrupted.
+    not be written), 130 interrupted (``ac-train``: 143 when SIGTERM stopped it after a
+    checkpoint, see :func:`ac_extensions.cli.train.stop_on_sigterm`).
     """
     from ac_extensions.runtime import CheckpointError
 

@@ -8,7 +8,9 @@
 Writes into ``--out DIR``: ``run.json`` (algorithm and config), ``logs/`` (TorchRL logger;
 CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines), ``summary.json``
 (rewritten atomically after every batch) and ``checkpoints/`` (see
-:class:`~ac_extensions.runtime.Checkpointer`).
+:class:`~ac_extensions.runtime.Checkpointer`). SIGTERM stops a run after the batch in
+progress, with a checkpoint of it (exit status 143; ``--resume`` loses nothing); SIGKILL or a
+crash loses what was trained since the last periodic checkpoint.
 
 Fields not given on the command line take the recipe's defaults for the env's family
 (classic control, MinAtar, Atari: ``Config.for_env``, see :mod:`ac_extensions.runtime.config`);
@@ -18,13 +20,16 @@ a resumed run keeps its saved config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
 import json
 import math
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -264,6 +269,7 @@ class ProgressLine:
         if self.enabled:
             sys.stdout.write("\n")
             sys.stdout.flush()
+            self.enabled = False  # once
 
 
 def truncate_logs(directory: Path, frames: float) -> None:
@@ -316,10 +322,39 @@ def prepare_output(args: argparse.Namespace, checkpointer, tracker: Tracker) -> 
     return None
 
 
+STOPPED_STATUS = 128 + signal.SIGTERM
+"""``ac-train``'s exit status when SIGTERM stopped it after a checkpoint (143, the shells'
+code for a process ended by SIGTERM)."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(checkpointer):
+    """While the body trains, SIGTERM asks ``checkpointer`` to save and stop the run.
+
+    The batch in progress is finished and checkpointed, then the recipe raises
+    :class:`~ac_extensions.runtime.RunStopped` (``ac-train`` exits with
+    :data:`STOPPED_STATUS`): a run stopped that way (the benchmark grids stop theirs so)
+    resumes with nothing lost. Without a checkpointer (a recipe with no checkpoint support)
+    SIGTERM keeps its default action. Only in the main thread (signal handlers live there).
+    """
+    if checkpointer is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        checkpointer.request_stop()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def train_command(argv: list[str]) -> int:
     """Parse, check, train; return the exit status."""
     name, config, args = parse(argv)
-    from ac_extensions.runtime import Checkpointer, atomic_write_text
+    from ac_extensions.runtime import Checkpointer, RunStopped, atomic_write_text
 
     module, _ = load_recipe(name)
     out: Path = args.out
@@ -361,14 +396,24 @@ def train_command(argv: list[str]) -> int:
         if not resumable and not args.quiet:
             print(f"ac-train: warning: the {name} recipe saves no checkpoints", file=sys.stderr)
         hook = {"checkpoint": checkpointer} if resumable else {}
-        for metrics in module.train(config, **hook):
-            tracker.update(metrics)
-            step = int(metrics["time/frames"])
-            finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
-            logger.log_metrics(finite, step=step)
-            write_summary(complete=False)
-            line.update(metrics)
+        with stop_on_sigterm(checkpointer if resumable else None):
+            for metrics in module.train(config, **hook):
+                tracker.update(metrics)
+                step = int(metrics["time/frames"])
+                finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
+                logger.log_metrics(finite, step=step)
+                write_summary(complete=False)
+                line.update(metrics)
         line.update(tracker.last, force=True)
+    except RunStopped:
+        line.close()
+        frames = int(tracker.last.get("time/frames", 0))
+        print(
+            f"ac-train: stopped by SIGTERM at {frames:,} frames, checkpoint saved; "
+            f"continue with: ac-train {name} --resume {out}",
+            file=sys.stderr,
+        )
+        return STOPPED_STATUS
     finally:
         line.close()
     write_summary(complete=True)

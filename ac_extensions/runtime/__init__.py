@@ -23,7 +23,8 @@ One file per job, imported one way (recipes → runtime → objectives / modules
   batches).
 * :mod:`~ac_extensions.runtime.progress`: :class:`Progress` (returns, frames, fps),
   :func:`finished_returns`.
-* :mod:`~ac_extensions.runtime.checkpoint`: :class:`Checkpointer` (atomic, resumable).
+* :mod:`~ac_extensions.runtime.checkpoint`: :class:`Checkpointer` (atomic, resumable;
+  :class:`RunStopped` ends a run stopped on request, after its checkpoint).
 * :mod:`~ac_extensions.runtime.compose`: for pipelines composed from TorchRL's parts around
   one of the losses: :class:`BehaviorPolicy` (µ stored at collection),
   :func:`check_action_encoding` (the one-hot action trap).
@@ -34,6 +35,7 @@ from __future__ import annotations
 from ac_extensions.runtime.checkpoint import (
     Checkpointer,
     CheckpointError,
+    RunStopped,
     atomic_write_text,
     load_loss_state_dict,
     loss_state_dict,
@@ -77,6 +79,7 @@ __all__ = [
     "Progress",
     "ReplayFeed",
     "RunConfig",
+    "RunStopped",
     "SupervisedAsyncCollector",
     "SupervisedCollector",
     "TrainingWarning",

@@ -108,6 +108,18 @@ class CheckpointError(RuntimeError):
     """A checkpoint that is missing or cannot be read."""
 
 
+class RunStopped(Exception):
+    """Training stopped on request (:meth:`Checkpointer.request_stop`) after a checkpoint.
+
+    Raised by :meth:`Checkpointer.maybe_save` once the checkpoint of the batch just trained on
+    is written; ``path`` is that checkpoint, from which ``--resume`` continues.
+    """
+
+    def __init__(self, path: Path, updates: int) -> None:
+        super().__init__(f"stopped after {updates} updates; checkpoint {path}")
+        self.path, self.updates = path, updates
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace``.
 
@@ -172,6 +184,18 @@ class Checkpointer:
         self._saved_at = time.monotonic()
         self.failed_saves = 0
         """Periodic saves that failed (and were skipped with a warning) so far."""
+        self.stop_requested = False
+        """Set by :meth:`request_stop`: the next :meth:`maybe_save` saves and stops the run."""
+
+    def request_stop(self) -> None:
+        """Ask the run to stop at its next :meth:`maybe_save`, with a checkpoint.
+
+        Safe to call from a signal handler (it only sets a flag). The recipe's next call of
+        :meth:`maybe_save` (after the batch in progress, once it is trained on) then saves
+        whatever ``every`` and ``min_seconds`` say and raises :class:`RunStopped`; ``ac-train``
+        calls it on SIGTERM, so a run stopped that way loses nothing.
+        """
+        self.stop_requested = True
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None if there is none."""
@@ -226,9 +250,15 @@ class Checkpointer:
         intact, and the next periodic save tries again. The final save raises instead, so that
         a run never ends as complete without its last checkpoint.
 
+        After :meth:`request_stop`, it saves now, raising on failure as a final save does,
+        and then raises :class:`RunStopped` (unless ``final``: the run ends anyway).
+
         Returns:
             The checkpoint's path, or None when nothing was saved.
         """
+        if self.stop_requested and not final:
+            path = self.save(updates, state(), replay=replay, files=files)
+            raise RunStopped(path, updates)
         if not final and (self.every == 0 or updates % self.every):
             return None
         if not final and time.monotonic() - self._saved_at < self.min_seconds:

@@ -9,6 +9,7 @@ from ac_extensions.runtime import (
     Checkpointer,
     CheckpointError,
     Progress,
+    RunStopped,
     TrainingWarning,
     atomic_write_text,
     resume,
@@ -64,6 +65,21 @@ def test_files_are_written_into_the_same_atomic_checkpoint(tmp_path):
         assert checkpointer.maybe_save(2, lambda: _state(2), files=full_disk) is None
     assert checkpointer.latest() == path and (path / "model.zip").read_bytes() == b"weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000001", "latest"]
+
+
+def test_a_requested_stop_saves_at_the_next_update_and_raises_run_stopped(tmp_path):
+    """request_stop: the next maybe_save saves, whatever every/min_seconds say, then stops."""
+    checkpointer = Checkpointer(tmp_path, every=10, min_seconds=3600)
+    assert checkpointer.maybe_save(10, lambda: _state(10)) is None  # too soon after start
+    checkpointer.request_stop()  # e.g. from ac-train's SIGTERM handler
+    with pytest.raises(RunStopped) as stopped:
+        checkpointer.maybe_save(11, lambda: _state(11))
+    assert stopped.value.updates == 11 and stopped.value.path == checkpointer.latest()
+    assert checkpointer.load()["counters"] == {"batches": 11}
+    # Requested during the last update: the run ends complete, without RunStopped.
+    last = Checkpointer(tmp_path / "last", every=0)
+    last.request_stop()
+    assert last.maybe_save(5, lambda: _state(5), final=True).name == "ckpt-000000005"
 
 
 def test_corrupt_or_missing_checkpoint_raises_checkpoint_error(tmp_path):

@@ -170,6 +170,53 @@ def test_run_killed_with_sigkill_resumes_to_the_frames_asked(tmp_path):
     assert csv_steps(out, "ppo") == list(range(BATCH, frames + 1, BATCH))  # no gap, no repeat
 
 
+@pytest.mark.timeout(400)
+def test_sigterm_stops_after_a_checkpoint_of_the_batch_in_progress(tmp_path):
+    """SIGTERM: exit 143 with a checkpoint of the last batch trained on; resuming loses nothing.
+
+    Periodic checkpoints are off (``--checkpoint-every 0``), so the only checkpoint before the
+    end is the one the stop writes.
+    """
+    out = tmp_path / "stopped"
+    frames = 40 * BATCH
+    args = ["ppo", "--frames", str(frames), "--checkpoint-every", "0", "--out", str(out), *TINY]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ac_extensions", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 200
+        summary = out / "summary.json"
+        while time.monotonic() < deadline and process.poll() is None:
+            if summary.exists() and json.loads(summary.read_text())["frames"] >= 3 * BATCH:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, "the run ended before it could be stopped"
+        os.kill(process.pid, signal.SIGTERM)  # the trainer only, as the benchmark grids do
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # anything left (nothing, normally)
+        except ProcessLookupError:
+            pass
+    assert process.returncode == 143, stderr[-3000:]
+    assert "checkpoint saved" in stderr and f"--resume {out}" in stderr
+    saved = Checkpointer(out / "checkpoints").load()["counters"]["batches"]
+    stopped = json.loads((out / "summary.json").read_text())
+    assert stopped["complete"] is False
+    assert 3 <= saved < 40 and stopped["frames"] == saved * BATCH  # the last batch logged
+
+    result = cli("ppo", "--resume", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = check_run(out, "ppo", frames)
+    assert state["counters"]["batches"] == 40
+    assert csv_steps(out, "ppo") == list(range(BATCH, frames + 1, BATCH))  # no gap, no repeat
+
+
 @pytest.mark.timeout(300)
 def test_eval_prints_mean_and_std_and_records_a_gif(ppo_run, tmp_path, capsys):
     if importlib.util.find_spec("pygame") is None:
