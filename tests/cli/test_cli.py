@@ -130,18 +130,25 @@ def test_resumed_run_continues_from_the_saved_counters(ppo_run, tmp_path):
     assert lr[4] == pytest.approx(1e-3 * (1 - 4 / 6)) and lr[5] == pytest.approx(1e-3 / 6)
 
 
+def start_ppo(out: Path, frames: int, checkpoint_every: int, stderr=None) -> subprocess.Popen:
+    """A tiny ``ac-train ppo`` run in its own session, to be signalled (``stderr``: a pipe to
+    read with ``communicate``, else discarded)."""
+    args = ["--frames", str(frames), "--checkpoint-every", str(checkpoint_every), "--out", str(out)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "ac_extensions", "ppo", *args, *TINY],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if stderr is None else stderr,
+        text=True,
+        start_new_session=True,
+    )
+
+
 @pytest.mark.timeout(400)
 def test_run_killed_with_sigkill_resumes_to_the_frames_asked(tmp_path):
     out = tmp_path / "killed"
     frames = 40 * BATCH
-    args = ["ppo", "--frames", str(frames), "--checkpoint-every", "1", "--out", str(out), *TINY]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ac_extensions", *args],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = start_ppo(out, frames, checkpoint_every=1)
     try:
         deadline = time.monotonic() + 200
         checkpointer = Checkpointer(out / "checkpoints")
@@ -179,15 +186,7 @@ def test_sigterm_stops_after_a_checkpoint_of_the_batch_in_progress(tmp_path):
     """
     out = tmp_path / "stopped"
     frames = 40 * BATCH
-    args = ["ppo", "--frames", str(frames), "--checkpoint-every", "0", "--out", str(out), *TINY]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ac_extensions", *args],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start_ppo(out, frames, checkpoint_every=0, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 200
         summary = out / "summary.json"
