@@ -34,10 +34,13 @@ maps carry the motion trails). Each peer uses one torch thread (two runs share 2
   (SB3's DQN loss, as dqn.py), and dqn.py's optimiser: centred RMSProp, lr 2.5e-4, α
   (squared-gradient momentum) 0.95, momentum 0.95, ε 0.01. No gradient clipping (dqn.py has
   none; SB3's default of 10 is switched off).
-- ``sb3_qrdqn``: QR-DQN (Dabney et al., 2018, arXiv:1710.10044) with the same DQN settings,
-  200 quantiles (the paper's Atari N, sb3-contrib's default), quantile Huber loss κ = 1, and
-  Adam (the QR-DQN paper's optimiser, with its ε = 0.01/32) at the MinAtar lr 2.5e-4 (the
-  paper's Atari lr 5e-5 is tuned to 50M-frame runs).
+- ``sb3_qrdqn``: QR-DQN (Dabney et al., 2018, arXiv:1710.10044) with the same DQN settings
+  except one update per 4 frames (``train_freq=4``: the QR-DQN paper's rate, which keeps
+  Nature DQN's update period of 4, and rl-baselines3-zoo's default for QR-DQN; the MinAtar
+  paper's one per frame made a run ≈15 h here), 200 quantiles (the paper's Atari N,
+  sb3-contrib's default), quantile Huber loss κ = 1, and Adam (the QR-DQN paper's optimiser,
+  with its ε = 0.01/32) at the MinAtar lr 2.5e-4 (the paper's Atari lr 5e-5 is tuned to
+  50M-frame runs). The target network is still copied every 1,000 frames (250 updates).
 - ``sb3_ppo``: rl-baselines3-zoo's Atari PPO (``hyperparams/ppo.yml``, ``atari``): 8 envs,
   n_steps 128, 4 epochs, minibatch 256, lr 2.5e-4 and clip 0.1 both decayed linearly to 0,
   entropy 0.01, value coefficient 0.5, γ 0.99, GAE λ 0.95 (SB3 defaults, as the zoo), grad
@@ -69,10 +72,12 @@ does not stop the rest.
 Cost (Breakout, 20k frames, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
 a quieter second try), reactor ≈85–100, sb3_ppo ≈2,250, sb3_dqn ≈145 (one update per frame,
-4 ms each), sb3_qrdqn ≈18 (its quantile Huber loss over 200 × 200 quantile pairs: 36 ms per
-update with one thread, against 9 ms with 50 quantiles). At 1M frames that is about 22 hours of
-one job per (game, seed), 70% of it QR-DQN and 15% Reactor: about 330 job-hours for the grid,
-a week or more with ``--jobs 2``, so it is meant to be resumed across invocations.
+4 ms each), sb3_qrdqn ≈45 beside two other jobs (one update per 4 frames; its quantile
+Huber loss over 200 × 200 quantile pairs costs 36 ms per update with one thread, against 9 ms
+with 50 quantiles; ≈18 fps at one update per frame, its setting before). At 1M frames that is
+about 14 hours of one job per (game, seed), 40% of it QR-DQN and 25% Reactor: about 210
+job-hours for the grid, days with ``--jobs 2``, so it is meant to be resumed across
+invocations.
 
 Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs:
 ``<results>/minatar.md`` and ``.json``: per game and algorithm the final mean return (median and
@@ -541,7 +546,8 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
         return dqn | dict(max_grad_norm=math.inf, policy_kwargs=policy)
     if algo == "sb3_qrdqn":
         policy |= {"n_quantiles": 200, "optimizer_kwargs": {"eps": 0.01 / 32}}
-        return dqn | dict(max_grad_norm=None, policy_kwargs=policy)
+        # One update per 4 frames: the QR-DQN paper's rate (its DQN settings), not dqn.py's 1.
+        return dqn | dict(train_freq=4, max_grad_norm=None, policy_kwargs=policy)
     raise ValueError(f"unknown peer {algo!r}")
 
 
@@ -654,7 +660,7 @@ class PeerStopped(Exception):
 class PeerCheckpoint:
     """Checkpoints of one SB3 peer run, so that a stopped run goes on where it was.
 
-    The peers that matter here take hours (``sb3_dqn`` ≈2 h, ``sb3_qrdqn`` ≈10–15 h per
+    The peers that matter here take hours (``sb3_dqn`` ≈2–4 h, ``sb3_qrdqn`` ≈4–6 h per
     MinAtar run): longer than a job can run undisturbed on a shared machine. They are written
     by ``ac-train``'s :class:`~ac_extensions.runtime.Checkpointer` (same layout, same atomic
     write, same full-disk handling; :func:`has_checkpoint` and :func:`action` treat both
@@ -1172,9 +1178,9 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
         f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
         "",
         "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
-        "RMSProp lr 2.5e-4 included); sb3_qrdqn with the same settings, 200 quantiles and Adam "
-        "(lr 2.5e-4, ε 0.01/32); sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and "
-        "A2C settings.",
+        "RMSProp lr 2.5e-4 included); sb3_qrdqn with the same settings but one update per 4 "
+        "frames (the QR-DQN paper's rate), 200 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
+        "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings.",
         "",
         f"**Runs present: {summary['present']} of {summary['planned']} planned "
         f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),

@@ -371,6 +371,19 @@ def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):
     assert (out / "logs" / "sb3_a2c" / "scalars" / "train" / "return_window.csv").is_file()
 
 
+def test_sb3_qrdqn_peer_keeps_dqn_settings_but_updates_every_four_frames(bench):
+    pytest.importorskip("stable_baselines3")
+    dqn, qrdqn = (
+        bench.peer_settings("sb3_dqn", 1_000_000),
+        bench.peer_settings("sb3_qrdqn", 1_000_000),
+    )
+    assert (dqn["train_freq"], qrdqn["train_freq"]) == (1, 4)
+    shared = ("buffer_size", "batch_size", "learning_rate", "learning_starts", "gamma")
+    assert all(dqn[k] == qrdqn[k] for k in (*shared, "target_update_interval"))
+    assert qrdqn["policy_kwargs"]["n_quantiles"] == 200
+    assert qrdqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 0.01 / 32}
+
+
 def sigterm_once(summary: Path, frames: int, deadline: float = 60.0) -> threading.Thread:
     """A thread that sends this process SIGTERM once ``summary`` reports ``frames`` or more.
 
