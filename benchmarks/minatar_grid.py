@@ -1293,25 +1293,32 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
 # Command line
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The options of the benchmark."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+def add_grid_arguments(
+    parser: argparse.ArgumentParser, *, unit: str, frames_per_timeout_second: int, results: Path
+) -> None:
+    """The options every grid has (this one's and ``mujoco_grid.py``'s), after its own.
+
+    Args:
+        parser: the grid's parser, its game/task and algorithm options already added.
+        unit: what ``--frames`` counts ("frames", "environment steps").
+        frames_per_timeout_second: the default ``--timeout`` allows one second per this many
+            frames, plus 10 minutes (:func:`prepare`).
+        results: the default output root.
+    """
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--frames", type=int, default=1_000_000, help="frames per run")
+    parser.add_argument("--frames", type=int, default=1_000_000, help=f"{unit} per run")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     parser.add_argument(
         "--timeout",
         type=float,
         default=None,
-        help="seconds per run before it is stopped (default: 1 s per 10 frames + 10 min); "
-        "a stopped run resumes from its checkpoint on the next invocation",
+        help=f"seconds per run before it is stopped (default: 1 s per "
+        f"{frames_per_timeout_second} {unit} + 10 min); a stopped run resumes from its "
+        "checkpoint on the next invocation",
     )
+    parser.set_defaults(frames_per_timeout_second=frames_per_timeout_second)
     parser.add_argument(
-        "--results", type=Path, default=RESULTS, help="output root (tables, plot, minatar/runs)"
+        "--results", type=Path, default=results, help="output root (tables, plot, runs)"
     )
     parser.add_argument(
         "--summary-only", action="store_true", help="only rewrite the summary from the runs"
@@ -1319,34 +1326,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-checkpoints",
         action="store_true",
-        help="keep finished runs' checkpoints (default: deleted; they hold the replays)",
+        help="keep finished runs' checkpoints (default: deleted; they can hold replays)",
     )
-    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
-    args = build_parser().parse_args(argv)
+def prepare(args: argparse.Namespace) -> argparse.Namespace:
+    """Check ``args`` of :func:`add_grid_arguments` and fill in the default timeout."""
     if args.jobs < 1:
         raise SystemExit("--jobs must be >= 1")
     if args.timeout is None:
-        args.timeout = args.frames / 10 + 600
+        args.timeout = args.frames / args.frames_per_timeout_second + 600
     args.results = Path(args.results).resolve()
-    failures = 0
-    if not args.summary_only:
-        needed = {"minatar"}
-        if set(args.algos) & set(PEERS):
-            needed.add("stable_baselines3")
-        if "sb3_qrdqn" in args.algos:
-            needed.add("sb3_contrib")
-        missing = sorted(m for m in needed if not _importable(m))
-        if missing:
-            raise SystemExit(
-                f"missing packages: {', '.join(missing)} (pip install -e '.[bench,minatar]')"
-            )
-        failures = run_grid(plan(args.games, args.algos, args.seeds), args)
-    summary = summarize(args.results, args.games, args.algos, args.seeds)
-    md = write_results(summary, args)
+    return args
+
+
+def require(modules: set[str], extra: str) -> None:
+    """Stop with the install line when one of ``modules`` cannot be imported."""
+    missing = sorted(m for m in modules if importlib.util.find_spec(m) is None)
+    if missing:
+        raise SystemExit(f"missing packages: {', '.join(missing)} (pip install -e '.[{extra}]')")
+
+
+def report(summary: dict[str, Any], md: Path, failures: int) -> int:
+    """Print what a grid wrote (``md`` and its ``.json`` and ``.png``); the exit status."""
     print(
         f"{summary['present']} of {summary['planned']} runs present "
         f"({summary['complete']} complete); wrote {md}, {md.with_suffix('.json').name}, "
@@ -1356,8 +1358,31 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-def _importable(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
+def build_parser() -> argparse.ArgumentParser:
+    """The options of the benchmark."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    add_grid_arguments(parser, unit="frames", frames_per_timeout_second=10, results=RESULTS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
+    args = prepare(build_parser().parse_args(argv))
+    failures = 0
+    if not args.summary_only:
+        needed = {"minatar"}
+        if set(args.algos) & set(PEERS):
+            needed.add("stable_baselines3")
+        if "sb3_qrdqn" in args.algos:
+            needed.add("sb3_contrib")
+        require(needed, "bench,minatar")
+        failures = run_grid(plan(args.games, args.algos, args.seeds), args)
+    summary = summarize(args.results, args.games, args.algos, args.seeds)
+    return report(summary, write_results(summary, args), failures)
 
 
 def child(argv: list[str]) -> int:

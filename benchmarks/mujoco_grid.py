@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import json
 import math
@@ -564,22 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     parser.add_argument("--algos", nargs="+", default=list(DEFAULT_ALGOS), choices=ALGOS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--frames", type=int, default=1_000_000, help="environment steps per run")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds per run before it is stopped (default: 1 s per 50 steps + 10 min); a "
-        "stopped run resumes from its checkpoint on the next invocation",
-    )
-    parser.add_argument("--results", type=Path, default=RESULTS, help="output root")
-    parser.add_argument(
-        "--summary-only", action="store_true", help="only rewrite the summary from the runs"
-    )
-    parser.add_argument(
-        "--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints"
+    grid.add_grid_arguments(
+        parser, unit="environment steps", frames_per_timeout_second=50, results=RESULTS
     )
     parser.add_argument("--speed", action="store_true", help="measure training vs collection fps")
     parser.add_argument("--speed-frames", type=int, default=20_000)
@@ -588,33 +573,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
-    args = build_parser().parse_args(argv)
-    args.results = Path(args.results).resolve()
+    args = grid.prepare(build_parser().parse_args(argv))
     if args.speed:
         measure_speed(args.speed_frames, args.results)
         return 0
-    if args.jobs < 1:
-        raise SystemExit("--jobs must be >= 1")
-    if args.timeout is None:
-        args.timeout = args.frames / 50 + 600
     failures = 0
     if not args.summary_only:
-        needed = {"mujoco"} | ({"stable_baselines3"} if set(args.algos) & set(PEERS) else set())
-        missing = sorted(m for m in needed if importlib.util.find_spec(m) is None)
-        if missing:
-            raise SystemExit(
-                f"missing packages: {', '.join(missing)} (pip install -e '.[bench,mujoco]')"
-            )
+        peers = {"stable_baselines3"} if set(args.algos) & set(PEERS) else set()
+        grid.require({"mujoco"} | peers, "bench,mujoco")
         failures = run_grid(plan(args.tasks, args.algos, args.seeds), args)
     summary = summarize(args.results, args.tasks, args.algos, args.seeds)
-    md = write_results(summary, args)
-    print(
-        f"{summary['present']} of {summary['planned']} runs present "
-        f"({summary['complete']} complete); wrote {md}, {md.with_suffix('.json').name}, "
-        f"{md.with_suffix('.png').name}"
-        + (f"; {failures} run(s) failed (see their output.log)" if failures else "")
-    )
-    return 1 if failures else 0
+    return grid.report(summary, write_results(summary, args), failures)
 
 
 def child(argv: list[str]) -> int:
