@@ -75,8 +75,8 @@ a quieter second try), reactor ≈85–100, sb3_ppo ≈2,250, sb3_dqn ≈145 (on
 4 ms each), sb3_qrdqn ≈45 beside two other jobs (one update per 4 frames; its quantile
 Huber loss over 200 × 200 quantile pairs costs 36 ms per update with one thread, against 9 ms
 with 50 quantiles; ≈18 fps at one update per frame, its setting before). At 1M frames that is
-about 14 hours of one job per (game, seed), 40% of it QR-DQN and 25% Reactor: about 210
-job-hours for the grid, days with ``--jobs 2``, so it is meant to be resumed across
+about 10–14 hours of one job per (game, seed), 40–50% of it QR-DQN and a quarter Reactor:
+150–210 job-hours for the grid, days with ``--jobs 2``, so it is meant to be resumed across
 invocations.
 
 Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs:
