@@ -300,9 +300,16 @@ def _stop_runs(processes: list[subprocess.Popen]) -> None:
     a run's process group is still alive after :data:`STOP_GRACE_SECONDS` (a run that did not
     stop, or orphaned workers) is killed.
     """
+    if processes:
+        print(
+            f"stopping {len(processes)} run(s): each saves its checkpoint "
+            f"(up to {STOP_GRACE_SECONDS} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     for process in processes:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGTERM)
+            process.send_signal(signal.SIGTERM)  # a no-op once the runner thread reaped it
     deadline = time.monotonic() + STOP_GRACE_SECONDS
     for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -8,9 +8,12 @@
 Writes into ``--out DIR``: ``run.json`` (algorithm and config), ``logs/`` (TorchRL logger;
 CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines), ``summary.json``
 (rewritten atomically after every batch) and ``checkpoints/`` (see
-:class:`~ac_extensions.runtime.Checkpointer`). SIGTERM stops a run after the batch in
-progress, with a checkpoint of it (exit status 143; ``--resume`` loses nothing); SIGKILL or a
-crash loses what was trained since the last periodic checkpoint.
+:class:`~ac_extensions.runtime.Checkpointer`). SIGTERM to the ``ac-train`` process
+(``kill PID``) stops a run after the batch in progress, with a checkpoint of it (exit status
+143; ``--resume`` loses nothing); a second SIGTERM ends it at once. SIGKILL, a crash, or a
+SIGTERM to the whole process group (``timeout``, Slurm's and systemd's default), which also
+stops the collector workers at once, loses what was trained since the last periodic
+checkpoint.
 
 Fields not given on the command line take the recipe's defaults for the env's family
 (classic control, MinAtar, Atari: ``Config.for_env``, see :mod:`ac_extensions.runtime.config`);
@@ -26,6 +29,7 @@ import importlib.util
 import inspect
 import json
 import math
+import os
 import shutil
 import signal
 import sys
@@ -334,14 +338,20 @@ def stop_on_sigterm(checkpointer):
     The batch in progress is finished and checkpointed, then the recipe raises
     :class:`~ac_extensions.runtime.RunStopped` (``ac-train`` exits with
     :data:`STOPPED_STATUS`): a run stopped that way (the benchmark grids stop theirs so)
-    resumes with nothing lost. Without a checkpointer (a recipe with no checkpoint support)
-    SIGTERM keeps its default action. Only in the main thread (signal handlers live there).
+    resumes with nothing lost. A second SIGTERM takes the default action (the process ends at
+    once; the last checkpoint written stays), so a run stuck in a batch can still be ended
+    without SIGKILL. Without a checkpointer (a recipe with no checkpoint support) SIGTERM
+    keeps its default action. Only in the main thread (signal handlers live there).
     """
     if checkpointer is None or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame) -> None:
+        if checkpointer.stop_requested:  # the second one: end now
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         checkpointer.request_stop()
 
     previous = signal.signal(signal.SIGTERM, stop)

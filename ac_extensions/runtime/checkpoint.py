@@ -139,6 +139,31 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def _fsync_tree(root: Path) -> None:
+    """``fsync`` every file below ``root`` and every directory from ``root`` down.
+
+    So that a checkpoint named by ``latest`` is on disk whole after a power loss or kernel
+    crash too, not only after a killed process (the replay's and SB3's writers do not sync).
+    """
+    for folder, _, names in os.walk(root):
+        for name in names:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_directory(Path(folder))
+
+
+def _fsync_directory(folder: Path) -> None:
+    """``fsync`` a directory, making the renames and creations inside it durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Checkpointer:
     """Atomic checkpoints of one run in ``directory``, every ``every`` updates and at the end.
 
@@ -276,6 +301,24 @@ class Checkpointer:
             )
             return None
 
+    def _undo(self, name: str, tmp: Path | None, aside: Path | None) -> None:
+        """After a failed :meth:`save` of ``name``: leave the checkpoints as they were.
+
+        Removes the temporary write ``tmp``; puts back the checkpoint of the same name moved
+        to ``aside``, or removes a renamed ``name`` that ``latest`` does not name.
+        """
+        final = self.directory / name
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if aside is not None and (aside / name).exists():
+            if final.exists():
+                shutil.rmtree(final, ignore_errors=True)
+            os.replace(aside / name, final)
+        elif final.exists() and self._pointed() != name:  # renamed, but the pointer failed
+            shutil.rmtree(final, ignore_errors=True)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
     def _pointed(self) -> str | None:
         try:
             return (self.directory / self.POINTER).read_text().strip() or None
@@ -297,7 +340,8 @@ class Checkpointer:
         Stable-Baselines3 peers write their ``model.zip`` and replay there); what it writes is
         part of the same atomic checkpoint. A write that fails half-way (``ENOSPC``: the disk
         is full) removes what it wrote and leaves the previous checkpoint and the ``latest``
-        pointer as they were.
+        pointer as they were, also when it was a checkpoint of the same count (kept aside
+        until the new one is in place). Every file is ``fsync``-ed before ``latest`` names it.
 
         Raises:
             OSError: the write failed; the message names the checkpoint and the one kept.
@@ -306,27 +350,28 @@ class Checkpointer:
             state = state | {"extra": self.extra()}
         name = f"ckpt-{updates:09d}"
         final = self.directory / name
-        tmp = None
+        tmp = aside = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".{name}."))
             with open(tmp / self.STATE, "wb") as f:
                 torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
             if replay is not None:
                 replay.dumps(tmp / self.REPLAY)
             if files is not None:
                 files(tmp)
-            if final.exists():
-                shutil.rmtree(final)
+            _fsync_tree(tmp)  # every file on disk before ``latest`` can name them
+            if final.exists():  # the same count again (e.g. a final save after a resume):
+                # moved aside, not deleted, until the new one is in place (``latest`` may
+                # name it); :meth:`_undo` puts it back if anything below fails.
+                aside = Path(tempfile.mkdtemp(dir=self.directory, prefix=f".{name}.old."))
+                os.replace(final, aside / name)
             os.replace(tmp, final)
+            tmp = None
             atomic_write_text(self.directory / self.POINTER, name + "\n")
+            _fsync_directory(self.directory)
         except BaseException as error:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            if final.exists() and self._pointed() != name:  # renamed, but the pointer failed
-                shutil.rmtree(final, ignore_errors=True)
+            self._undo(name, tmp, aside)
             if not isinstance(error, OSError):
                 raise
             kept = self._pointed()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,6 +18,7 @@ from ac_extensions.runtime import (
     resume,
     training_state,
 )
+from ac_extensions.runtime import checkpoint as checkpoint_module
 
 
 def _state(step: int) -> dict:
@@ -65,6 +69,62 @@ def test_files_are_written_into_the_same_atomic_checkpoint(tmp_path):
         assert checkpointer.maybe_save(2, lambda: _state(2), files=full_disk) is None
     assert checkpointer.latest() == path and (path / "model.zip").read_bytes() == b"weights"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000001", "latest"]
+
+
+def test_a_failed_save_of_the_same_count_keeps_the_checkpoint_latest_names(tmp_path, monkeypatch):
+    """Saving count N again (a final save right after a resume) and failing at any step keeps
+    the old ckpt-N readable and named by ``latest``; a save that succeeds replaces it."""
+    checkpointer = Checkpointer(tmp_path, every=1)
+    checkpointer.save(5, _state(5))
+
+    def full_disk(folder):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="ckpt-000000005 is still the newest, intact"):
+        checkpointer.save(5, _state(50), files=full_disk)
+    assert checkpointer.load()["value"].item() == 5.0
+    # The failure after the old one was moved aside: the rename of the new one into place.
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(src).name.startswith(".ckpt-000000005.") and ".old." not in Path(src).name:
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="still the newest, intact"):
+        checkpointer.save(5, _state(51))
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert checkpointer.load()["value"].item() == 5.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000005", "latest"]
+    checkpointer.save(5, _state(52))
+    assert checkpointer.load()["value"].item() == 52.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000005", "latest"]
+
+
+def test_every_file_of_a_checkpoint_is_synced_before_latest_names_it(tmp_path, monkeypatch):
+    checkpointer = Checkpointer(tmp_path, every=1)
+    synced, pointer_written = [], []
+    real_fsync, real_write = os.fsync, checkpoint_module.atomic_write_text
+
+    def fsync(fd):
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        return real_fsync(fd)
+
+    def write(path, text):
+        pointer_written.append(set(synced))
+        return real_write(path, text)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint_module, "atomic_write_text", write)
+
+    def files(folder):
+        (folder / "sub").mkdir()
+        (folder / "sub" / "replay.pkl").write_bytes(b"replay")
+        (folder / "model.zip").write_bytes(b"weights")
+
+    checkpointer.save(1, _state(1), files=files)
+    assert {"state.pt", "model.zip", "replay.pkl", "sub"} <= pointer_written[0]
 
 
 def test_a_requested_stop_saves_at_the_next_update_and_raises_run_stopped(tmp_path):

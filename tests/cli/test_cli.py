@@ -216,6 +216,36 @@ def test_sigterm_stops_after_a_checkpoint_of_the_batch_in_progress(tmp_path):
     assert csv_steps(out, "ppo") == list(range(BATCH, frames + 1, BATCH))  # no gap, no repeat
 
 
+SECOND_SIGTERM = """
+import os, signal, sys, time
+from ac_extensions.cli.train import stop_on_sigterm
+from ac_extensions.runtime import Checkpointer
+
+checkpointer = Checkpointer(sys.argv[1])
+with stop_on_sigterm(checkpointer):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)
+    print("first: stop requested" if checkpointer.stop_requested else "first: ignored", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    print("still running after the second", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_second_sigterm_ends_a_stopping_run_at_once(tmp_path):
+    """The first SIGTERM asks for a stop after the batch; a second one (a run stuck in its
+    batch) takes SIGTERM's default action instead of being ignored."""
+    result = subprocess.run(
+        [sys.executable, "-c", SECOND_SIGTERM, str(tmp_path / "checkpoints")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert result.returncode == -signal.SIGTERM, (result.stdout, result.stderr[-2000:])
+    assert result.stdout.splitlines() == ["first: stop requested"]
+
+
 @pytest.mark.timeout(300)
 def test_eval_prints_mean_and_std_and_records_a_gif(ppo_run, tmp_path, capsys):
     if importlib.util.find_spec("pygame") is None:
