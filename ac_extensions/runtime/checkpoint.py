@@ -147,17 +147,13 @@ def _fsync_tree(root: Path) -> None:
     """
     for folder, _, names in os.walk(root):
         for name in names:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_directory(Path(folder))
+            _fsync(Path(folder, name))
+        _fsync(Path(folder))
 
 
-def _fsync_directory(folder: Path) -> None:
-    """``fsync`` a directory, making the renames and creations inside it durable."""
-    fd = os.open(folder, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    """``fsync`` a file, or a directory (making the renames and creations inside it durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -369,7 +365,7 @@ class Checkpointer:
             os.replace(tmp, final)
             tmp = None
             atomic_write_text(self.directory / self.POINTER, name + "\n")
-            _fsync_directory(self.directory)
+            _fsync(self.directory)
         except BaseException as error:
             self._undo(name, tmp, aside)
             if not isinstance(error, OSError):
