@@ -37,8 +37,11 @@ maps carry the motion trails). Each peer uses one torch thread (two runs share 2
 - ``sb3_qrdqn``: QR-DQN (Dabney et al., 2018, arXiv:1710.10044) with the same DQN settings
   except one update per 4 frames (``train_freq=4``: the QR-DQN paper's rate, which keeps
   Nature DQN's update period of 4, and rl-baselines3-zoo's default for QR-DQN; the MinAtar
-  paper's one per frame made a run ≈15 h here), 200 quantiles (the paper's Atari N,
-  sb3-contrib's default), quantile Huber loss κ = 1, and Adam (the QR-DQN paper's optimiser,
+  paper's one per frame made a run ≈15 h here), 51 quantiles (the resolution of Reactor's 51
+  atoms; the paper's Atari N and sb3-contrib's default of 200 cost 5.1× more per frame here:
+  Breakout, 12k frames after the replay start, one thread beside two other jobs, 119 fps at
+  200 quantiles against 613 at 51, its quantile Huber loss over N × N pairs dominating the
+  update), quantile Huber loss κ = 1, and Adam (the QR-DQN paper's optimiser,
   with its ε = 0.01/32) at the MinAtar lr 2.5e-4 (the paper's Atari lr 5e-5 is tuned to
   50M-frame runs). The target network is still copied every 1,000 frames (250 updates).
 - ``sb3_ppo``: rl-baselines3-zoo's Atari PPO (``hyperparams/ppo.yml``, ``atari``): 8 envs,
@@ -69,15 +72,17 @@ runs (default 2) go at once, each a subprocess with a time limit (``--timeout``;
 hits it resumes on the next invocation); one line is printed per finished run and a failure
 does not stop the rest.
 
-Cost (Breakout, 20k frames, one run at a time on this 2-core machine while other jobs ran, so
+Cost (Breakout, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
-a quieter second try), reactor ≈85–100, sb3_ppo ≈2,250, sb3_dqn ≈145 (one update per frame,
-4 ms each), sb3_qrdqn ≈45 beside two other jobs (one update per 4 frames; its quantile
-Huber loss over 200 × 200 quantile pairs costs 36 ms per update with one thread, against 9 ms
-with 50 quantiles; ≈18 fps at one update per frame, its setting before). At 1M frames that is
-about 10–14 hours of one job per (game, seed), 40–50% of it QR-DQN and a quarter Reactor:
-150–210 job-hours for the grid, days with ``--jobs 2``, so it is meant to be resumed across
-invocations.
+a quieter second try), sb3_ppo ≈2,250 (20k frames each); measured again beside two MuJoCo
+runs on 2026-11-26: reactor ≈125 (20k frames: a 16 ms learner step per 4 frames), sb3_dqn
+≈255 (one update per frame, 2.9 ms of CPU per frame), sb3_qrdqn ≈610 (one update per 4
+frames, 51 quantiles; ≈120 at the paper's 200, whose quantile Huber loss over 200 × 200 pairs
+costs 36 ms per update with one thread). Under heavier load the same runs went at a third of
+that (Reactor's Breakout seed 1: 64 fps, 4.4 h). At 1M frames, as one of two jobs, that is
+about 2 h per Reactor run, 1–1.5 h per SB3 DQN run, under an hour for every other: 60–70
+job-hours for the grid, so it is meant to be resumed across invocations. A checkpoint holds
+the replay and is not committed: a run stopped on one machine starts again on another.
 
 Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs:
 ``<results>/minatar.md`` and ``.json``: per game and algorithm the final mean return (median and
@@ -552,7 +557,8 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
         policy |= {"optimizer_class": torch.optim.RMSprop, "optimizer_kwargs": rmsprop}
         return dqn | dict(max_grad_norm=math.inf, policy_kwargs=policy)
     if algo == "sb3_qrdqn":
-        policy |= {"n_quantiles": 200, "optimizer_kwargs": {"eps": 0.01 / 32}}
+        # 51 quantiles, Reactor's atom count (the paper's 200 cost 5.1x more per frame here).
+        policy |= {"n_quantiles": 51, "optimizer_kwargs": {"eps": 0.01 / 32}}
         # One update per 4 frames: the QR-DQN paper's rate (its DQN settings), not dqn.py's 1.
         return dqn | dict(train_freq=4, max_grad_norm=None, policy_kwargs=policy)
     raise ValueError(f"unknown peer {algo!r}")
@@ -667,9 +673,9 @@ class PeerStopped(Exception):
 class PeerCheckpoint:
     """Checkpoints of one SB3 peer run, so that a stopped run goes on where it was.
 
-    The peers that matter here take hours (``sb3_dqn`` ≈2–4 h, ``sb3_qrdqn`` ≈4–6 h per
-    MinAtar run): longer than a job can run undisturbed on a shared machine. They are written
-    by ``ac-train``'s :class:`~ac_extensions.runtime.Checkpointer` (same layout, same atomic
+    The peers that matter here take hours (``sb3_dqn`` ≈1–4 h per MinAtar run, with the
+    load): longer than a job can run undisturbed on a shared machine. They are written by
+    ``ac-train``'s :class:`~ac_extensions.runtime.Checkpointer` (same layout, same atomic
     write, same full-disk handling; :func:`has_checkpoint` and :func:`action` treat both
     alike): ``checkpoints/latest`` names ``ckpt-<frames>/``, which holds ``state.pt`` (the
     counters SB3 does not load with the parameters, and the episode window and clock of the
@@ -1186,7 +1192,7 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
         "",
         "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
         "RMSProp lr 2.5e-4 included); sb3_qrdqn with the same settings but one update per 4 "
-        "frames (the QR-DQN paper's rate), 200 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
+        "frames (the QR-DQN paper's rate), 51 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
         "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings.",
         "",
         f"**Runs present: {summary['present']} of {summary['planned']} planned "

@@ -380,7 +380,7 @@ def test_sb3_qrdqn_peer_keeps_dqn_settings_but_updates_every_four_frames(bench):
     assert (dqn["train_freq"], qrdqn["train_freq"]) == (1, 4)
     shared = ("buffer_size", "batch_size", "learning_rate", "learning_starts", "gamma")
     assert all(dqn[k] == qrdqn[k] for k in (*shared, "target_update_interval"))
-    assert qrdqn["policy_kwargs"]["n_quantiles"] == 200
+    assert qrdqn["policy_kwargs"]["n_quantiles"] == 51  # Reactor's atom count
     assert qrdqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 0.01 / 32}
 
 
