@@ -10,6 +10,7 @@ steps for the heaviest ops and cProfile for the heaviest Python functions.
     python benchmarks/profile_learner.py --label after
     python benchmarks/profile_learner.py --label general_path --general-path  # fast_path=False
     PYTHONPATH=/path/to/older/checkout python benchmarks/profile_learner.py --label before
+    python benchmarks/profile_learner.py --label compile --compile static  # torch.compile
 
 Each label writes ``benchmarks/results/reactor_learner_profile/<label>.json``; the markdown
 ``benchmarks/results/reactor_learner_profile.md`` shows every label found, side by side.
@@ -57,6 +58,29 @@ def fill(config, loss, replay, frames: int) -> None:
     collector.shutdown()
 
 
+def compile_networks(loss, dynamic: bool) -> int:
+    """``torch.compile`` every plain network module inside the loss's TensorDict wrappers.
+
+    Compiles in place (``nn.Module.compile``), so the fast path's direct calls and the
+    wrappers both run the compiled module. Returns how many modules were compiled.
+    """
+    from tensordict.nn import TensorDictModule, TensorDictModuleBase
+
+    networks = [loss.actor_network, getattr(loss, "critic_network", None)]
+    seen, count = set(), 0
+    for network in filter(None, networks):  # TorchRL keeps them outside loss.modules()
+        for wrapper in network.modules():
+            if (
+                type(wrapper) is TensorDictModule
+                and not isinstance(wrapper.module, TensorDictModuleBase)
+                and id(wrapper.module) not in seen
+            ):
+                seen.add(id(wrapper.module))
+                wrapper.module.compile(dynamic=dynamic)
+                count += 1
+    return count
+
+
 def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
     """One learner step (as ``learner_step``), CPU seconds per phase."""
     clock = time.process_time
@@ -90,6 +114,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="ReactorLoss(fast_path=False): the networks through their TensorDict wrappers",
     )
+    parser.add_argument(
+        "--compile",
+        choices=("off", "static", "dynamic"),
+        default="off",
+        help="torch.compile the network modules (static or dynamic shapes) before timing",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -103,8 +133,13 @@ def main(argv: list[str] | None = None) -> None:
         loss.fast_path = False
     replay = make_replay(config)
     fill(config, loss, replay, 3_000)
-    for _ in range(5):  # warm-up
+    compiled = 0
+    if args.compile != "off":
+        compiled = compile_networks(loss, dynamic=args.compile == "dynamic")
+    warm_up = time.process_time()
+    for _ in range(20 if compiled else 5):  # compiling (and recompiling) happens here
         timed_step(loss, optimizer, target, replay, config)
+    warm_up = time.process_time() - warm_up
     repeats = []
     for _ in range(args.repeats):
         steps = [timed_step(loss, optimizer, target, replay, config) for _ in range(args.steps)]
@@ -136,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         "source": str(Path(ac_extensions.__file__).parent),
         "fast_path": loss.fast_path_blocker(replay.sample().reshape(-1, config.sequence_length))
         or "taken",
+        "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s)",
         "steps": args.steps,
         "repeats": args.repeats,
         "cpu_ms_per_step": phases,
@@ -178,6 +214,7 @@ def summary(records: list[dict]) -> str:
     details = "\n\n".join(
         f"### {r['label']} ({r['env']}, code from `{r['source']}`"
         + (f"; fast path: {r['fast_path']}" if "fast_path" in r else "")
+        + (f"; torch.compile: {r['compile']}" if "compile" in r else "")
         + ")\n\n"
         f"torch ops (10 steps):\n\n```\n{r['torch_ops']}\n```\n\n"
         f"Python functions (20 steps, cumulative):\n\n```\n{r['python_functions']}\n```"
