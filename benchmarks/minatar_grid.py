@@ -69,8 +69,9 @@ with no checkpoint starts again. A resumed run starts new episodes where the sto
 episodes in progress. Finished runs' ``checkpoints/`` are deleted (ACER's, Reactor's and the
 DQN peers' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs``
 runs (default 2) go at once, each a subprocess with a time limit (``--timeout``; a run that
-hits it resumes on the next invocation); one line is printed per finished run and a failure
-does not stop the rest.
+hits it resumes on the next invocation); one line is printed per finished run, one per run in
+flight every 10 minutes (``--progress-minutes``: frames, fps, return and the time left at its
+fps so far), and a failure does not stop the rest.
 
 Cost (Breakout, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
@@ -432,8 +433,56 @@ def describe(run: Run, result: dict) -> str:
     return f"{run}: {result['status']} in {result['seconds']:.0f} s ({details})"
 
 
+def _duration(seconds: float) -> str:
+    """``seconds`` as "1 h 05 min", "12 min" or "40 s"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+
+
+def progress_line(run, summary: dict | None, target: int, unit: str = "frames") -> str:
+    """One line on a run in flight, from the ``summary.json`` it rewrites as it goes.
+
+    Args:
+        run: the cell (printed as its ``str``).
+        summary: its current summary (None before it wrote one).
+        target: the frames it runs to.
+        unit: what the frames are called ("environment steps" on MuJoCo).
+
+    Returns:
+        e.g. ``"  … Breakout acer seed 1: 412,000 of 1,000,000 frames (41%), 190 fps, return
+        8.12, about 52 min left"`` (time left at the run's average fps so far).
+    """
+    frames = int((summary or {}).get("frames") or 0)
+    if not frames:
+        return f"  … {run}: starting"
+    fps, ret = summary.get("fps"), summary.get("final_mean_return")
+    parts = [f"{frames:,} of {target:,} {unit} ({100 * frames / target:.0f}%)"]
+    if fps:
+        parts.append(f"{fps:,.0f} fps")
+    parts.append(f"return {'—' if ret is None else format(ret, '.2f')}")
+    if fps and frames < target:
+        parts.append(f"about {_duration((target - frames) / fps)} left")
+    return f"  … {run}: " + ", ".join(parts)
+
+
+def _report_progress(futures: dict, args: argparse.Namespace, finished: threading.Event) -> None:
+    """Every ``args.progress_minutes``, one :func:`progress_line` per run in flight."""
+    while not finished.wait(60 * args.progress_minutes):
+        for future, run in list(futures.items()):
+            if future.running():
+                summary = read_summary(run.directory(args.results))
+                line = progress_line(run, summary, args.frames, getattr(args, "unit", "frames"))
+                print(line, flush=True)
+
+
 def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=None) -> int:
     """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures.
+
+    One line is printed per finished run, and every ``args.progress_minutes`` (when > 0) one
+    per run in flight (:func:`progress_line`).
 
     ``action_of`` and ``execute_run`` (default: this module's :func:`action` and
     :func:`execute`) let another grid (``mujoco_grid.py``) run its own cells the same way.
@@ -460,17 +509,26 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
             pool.submit(execute_run, run, args.results, args.frames, how, args.timeout): run
             for run, how in todo
         }
-        with stop_on_interrupt():
-            for done, future in enumerate(as_completed(futures), 1):
-                run = futures[future]
-                try:
-                    result = future.result()
-                except Exception as error:  # the runner itself failed: report, go on
-                    result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                failures += result["status"] not in ("ok", SKIPPED, STOPPED)
-                if result["status"] == "ok" and not args.keep_checkpoints:
-                    prune_checkpoints(run.directory(args.results))
-                print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)
+        finished = threading.Event()
+        if getattr(args, "progress_minutes", 0) > 0:
+            reporter = threading.Thread(
+                target=_report_progress, args=(futures, args, finished), daemon=True
+            )
+            reporter.start()
+        try:
+            with stop_on_interrupt():
+                for done, future in enumerate(as_completed(futures), 1):
+                    run = futures[future]
+                    try:
+                        result = future.result()
+                    except Exception as error:  # the runner itself failed: report, go on
+                        result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
+                    failures += result["status"] not in ("ok", SKIPPED, STOPPED)
+                    if result["status"] == "ok" and not args.keep_checkpoints:
+                        prune_checkpoints(run.directory(args.results))
+                    print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)
+        finally:
+            finished.set()  # the progress reporter's last wait
     return failures
 
 
@@ -1329,12 +1387,18 @@ def add_grid_arguments(
         f"{frames_per_timeout_second} {unit} + 10 min); a stopped run resumes from its "
         "checkpoint on the next invocation",
     )
-    parser.set_defaults(frames_per_timeout_second=frames_per_timeout_second)
+    parser.set_defaults(frames_per_timeout_second=frames_per_timeout_second, unit=unit)
     parser.add_argument(
         "--results", type=Path, default=results, help="output root (tables, plot, runs)"
     )
     parser.add_argument(
         "--summary-only", action="store_true", help="only rewrite the summary from the runs"
+    )
+    parser.add_argument(
+        "--progress-minutes",
+        type=float,
+        default=10.0,
+        help="print each running run's frames, fps, return and time left this often (0: never)",
     )
     parser.add_argument(
         "--keep-checkpoints",

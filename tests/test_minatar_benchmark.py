@@ -250,6 +250,58 @@ def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypat
             assert not again
 
 
+def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
+    run = bench.Run("Breakout", "acer", 1)
+    summary = {"frames": 412_000, "fps": 196.0, "final_mean_return": 8.123}
+    # (1,000,000 − 412,000) / 196 = 3,000 s left: 50 min.
+    assert bench.progress_line(run, summary, 1_000_000) == (
+        "  … Breakout acer seed 1: 412,000 of 1,000,000 frames (41%), 196 fps, return 8.12, "
+        "about 50 min left"
+    )
+    summary |= {"frames": 100_000, "fps": 20.0, "final_mean_return": None}  # 45,000 s left
+    assert bench.progress_line(run, summary, 1_000_000).endswith(
+        "(10%), 20 fps, return —, about 12 h 30 min left"
+    )
+    assert bench.progress_line(run, None, 1_000_000) == "  … Breakout acer seed 1: starting"
+    assert bench._duration(40.4) == "40 s" and bench._duration(59.6) == "1 min"
+
+
+@pytest.mark.timeout(60)
+def test_the_grid_reports_each_run_in_flight_while_it_runs(bench, tmp_path, capsys):
+    release = threading.Event()
+
+    def execute_run(run, results, frames, how, timeout):
+        directory = run.directory(results)
+        directory.mkdir(parents=True)
+        summary = {"frames": 1_500, "fps": 100.0, "final_mean_return": 2.5, "complete": False}
+        (directory / "summary.json").write_text(json.dumps(summary))
+        release.wait(30)
+        return {"status": "ok", "seconds": 1.0, "summary": summary | {"complete": True}}
+
+    seen = []
+
+    def release_after_two_reports():
+        deadline = time.monotonic() + 30
+        while "".join(seen).count("about") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen.append(capsys.readouterr().out)
+        release.set()
+
+    args = argparse.Namespace(results=tmp_path, frames=3_000, timeout=60, jobs=1)
+    args.keep_checkpoints, args.progress_minutes = False, 0.002  # every 0.12 s
+    threading.Thread(target=release_after_two_reports, daemon=True).start()
+    run = bench.Run("Breakout", "ppo", 1)
+    assert bench.run_grid([run], args, execute_run=execute_run) == 0
+    assert release.is_set()
+    seen.append(capsys.readouterr().out)
+    reports = [line for line in "".join(seen).splitlines() if line.startswith("  … ")]
+    assert len(reports) >= 2  # released by the reports, not by its 30 s wait
+    assert reports[0] == (
+        "  … Breakout ppo seed 1: 1,500 of 3,000 frames (50%), 100 fps, return 2.50, "
+        "about 15 s left"
+    )
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_signal_stops_the_live_run_and_starts_no_other(bench, tmp_path, monkeypatch, sig):
