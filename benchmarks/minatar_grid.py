@@ -112,6 +112,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,6 +330,15 @@ def _stop_runs(processes: list[subprocess.Popen]) -> None:
 STOPPED = "stopped: the grid was interrupted"
 SKIPPED = "skipped: another invocation is running it"
 """The status of a run whose directory another grid invocation holds (not a failure)."""
+FINISHED_ELSEWHERE = "skipped: another invocation finished it since this one started"
+"""The status of a run found complete once its lock was taken (not a failure)."""
+STARTED_ELSEWHERE = (
+    "skipped: another invocation left a checkpoint since this one started (the next "
+    "invocation resumes it)"
+)
+"""The status of a run planned as fresh that holds a checkpoint once its lock was taken."""
+NOT_FAILED = ("ok", SKIPPED, STOPPED, FINISHED_ELSEWHERE, STARTED_ELSEWHERE)
+"""Statuses that do not count as failures."""
 
 
 @contextlib.contextmanager
@@ -355,24 +365,42 @@ def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> d
     A fresh run starts from an empty directory; stdout and stderr go to ``output.log``.
     """
     cmd = command(run, results, frames, how)
-    return run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh")
+
+    def done() -> bool:  # checked again once the run's lock is taken
+        return action(run, results, frames) == "done"
+
+    return run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh", done=done)
 
 
 def _not_run(status: str, directory: Path) -> dict:
     return {"status": status, "seconds": 0.0, "summary": read_summary(directory)}
 
 
-def run_claimed(directory: Path, cmd: list[str], timeout: float, fresh: bool) -> dict:
+def run_claimed(
+    directory: Path,
+    cmd: list[str],
+    timeout: float,
+    fresh: bool,
+    done: Callable[[], bool] | None = None,
+) -> dict:
     """:func:`run_process` under ``directory``'s run lock (:func:`claimed`), every grid's runner.
 
     ``fresh``: empty the directory first. A run another invocation holds is left alone (status
-    :data:`SKIPPED`); after an interrupt nothing starts (:data:`STOPPED`).
+    :data:`SKIPPED`); after an interrupt nothing starts (:data:`STOPPED`). What was planned
+    before the lock is checked again under it, since another invocation may have run the cell
+    in between: ``done()`` true skips it (:data:`FINISHED_ELSEWHERE`), and a run planned as
+    fresh that now has a checkpoint is left for the next invocation to resume
+    (:data:`STARTED_ELSEWHERE`) rather than emptied.
     """
     if _STOPPING.is_set():
         return _not_run(STOPPED, directory)
     with claimed(directory) as mine:
         if not mine:
             return _not_run(SKIPPED, directory)
+        if done is not None and done():
+            return _not_run(FINISHED_ELSEWHERE, directory)
+        if fresh and has_checkpoint(directory):
+            return _not_run(STARTED_ELSEWHERE, directory)
         if fresh and directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -523,7 +551,7 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
                         result = future.result()
                     except Exception as error:  # the runner itself failed: report, go on
                         result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                    failures += result["status"] not in ("ok", SKIPPED, STOPPED)
+                    failures += result["status"] not in NOT_FAILED
                     if result["status"] == "ok" and not args.keep_checkpoints:
                         prune_checkpoints(run.directory(args.results))
                     print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)

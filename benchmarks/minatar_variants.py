@@ -50,8 +50,7 @@ sys.path.insert(0, str(HERE))
 from _results import write_markdown  # noqa: E402
 from minatar_grid import (  # noqa: E402
     GAMES,
-    SKIPPED,
-    STOPPED,
+    NOT_FAILED,
     WINDOW,
     Run,
     ac_train,
@@ -173,7 +172,7 @@ def run_all(args: argparse.Namespace) -> int:
             for future in as_completed(futures):
                 variant, game, seed, out = futures[future]
                 result = future.result()
-                failures += result["status"] not in ("ok", SKIPPED, STOPPED)
+                failures += result["status"] not in NOT_FAILED
                 if result["status"] == "ok":
                     prune_checkpoints(out)
                 s = result["summary"] or {}

@@ -241,7 +241,11 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
     """Run one cell in a subprocess (see ``minatar_grid.execute``)."""
     cmd = command(run, results, frames, how)
-    return grid.run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh")
+
+    def done() -> bool:  # checked again once the run's lock is taken
+        return action(run, results, frames) == "done"
+
+    return grid.run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh", done=done)
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:

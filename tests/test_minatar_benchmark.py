@@ -250,6 +250,32 @@ def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypat
             assert not again
 
 
+def test_a_run_another_invocation_ran_since_planning_is_not_emptied(bench, tmp_path, monkeypatch):
+    """Planned as fresh, then finished (or checkpointed) by a second grid before the lock."""
+    started = []
+    monkeypatch.setattr(bench, "run_process", lambda cmd, d, t: started.append(d) or OK)
+    finished, stopped = bench.Run("Breakout", "ppo", 1), bench.Run("Breakout", "ppo", 2)
+    assert bench.action(finished, tmp_path, 3_000) == "fresh"  # what run_grid planned
+    assert bench.action(stopped, tmp_path, 3_000) == "fresh"
+    # ... and meanwhile another invocation finished one and left a checkpoint in the other:
+    summary = {"complete": True, "frames": 3_000, "frames_target": 3_000}
+    finished.directory(tmp_path).mkdir(parents=True)
+    (finished.directory(tmp_path) / "summary.json").write_text(json.dumps(summary))
+    checkpoints = stopped.directory(tmp_path) / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "latest").write_text("ckpt-1000\n")
+    for run, status in ((finished, bench.FINISHED_ELSEWHERE), (stopped, bench.STARTED_ELSEWHERE)):
+        assert bench.execute(run, tmp_path, 3_000, "fresh", 60)["status"] == status
+        assert status in bench.NOT_FAILED
+    assert started == []
+    assert (finished.directory(tmp_path) / "summary.json").is_file()
+    assert (checkpoints / "latest").is_file()
+    # A fresh run with nothing new in its directory still starts from an empty one.
+    (stopped.directory(tmp_path) / "checkpoints" / "latest").unlink()
+    assert bench.execute(stopped, tmp_path, 3_000, "fresh", 60)["status"] == "ok"
+    assert started == [stopped.directory(tmp_path)] and not checkpoints.exists()
+
+
 def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
     run = bench.Run("Breakout", "acer", 1)
     summary = {"frames": 412_000, "fps": 196.0, "final_mean_return": 8.123}
