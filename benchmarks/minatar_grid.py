@@ -71,7 +71,9 @@ DQN peers' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. 
 runs (default 2) go at once, each a subprocess with a time limit (``--timeout``; a run that
 hits it resumes on the next invocation); one line is printed per finished run, one per run in
 flight every 10 minutes (``--progress-minutes``: frames, fps, return and the time left at its
-fps so far), and a failure does not stop the rest.
+fps so far), and a failure does not stop the rest. On a machine lent for a fixed time,
+``--deadline-minutes M`` starts only the runs that its complete runs of the same algorithm say
+will finish within M minutes, and stops the runs still going at M with their checkpoints.
 
 Cost (Breakout, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
@@ -337,8 +339,20 @@ STARTED_ELSEWHERE = (
     "invocation resumes it)"
 )
 """The status of a run planned as fresh that holds a checkpoint once its lock was taken."""
-NOT_FAILED = ("ok", SKIPPED, STOPPED, FINISHED_ELSEWHERE, STARTED_ELSEWHERE)
-"""Statuses that do not count as failures."""
+DEADLINE_SKIPPED = "not started: it would not finish before the deadline"
+"""The status of a run ``--deadline-minutes`` leaves for a later invocation (not a failure)."""
+DEADLINE_STOPPED = "stopped at the deadline (its checkpoint resumes it)"
+"""The status of a run stopped when ``--deadline-minutes`` ran out (not a failure)."""
+NOT_FAILED = (
+    "ok",
+    SKIPPED,
+    STOPPED,
+    FINISHED_ELSEWHERE,
+    STARTED_ELSEWHERE,
+    DEADLINE_SKIPPED,
+    DEADLINE_STOPPED,
+)
+"""Statuses (and beginnings of statuses) that do not count as failures."""
 
 
 @contextlib.contextmanager
@@ -506,6 +520,54 @@ def _report_progress(futures: dict, args: argparse.Namespace, finished: threadin
                 print(line, flush=True)
 
 
+def estimate_seconds(directory: Path, frames: int) -> float | None:
+    """Wall seconds the run in ``directory`` still needs, from the complete runs beside it.
+
+    The median ``wall_seconds`` per frame of the complete runs of the same algorithm and game
+    (``<root>/<game>/<algo>/seed*``), else of the same algorithm on any game, times the frames
+    the run has left (``frames`` minus what its own ``summary.json`` reports). ``None`` when
+    no such run is complete: nothing to estimate from.
+    """
+    algo_dir = directory.parent  # <root>/<game>/<algo>
+    same_game = algo_dir.glob("seed*/summary.json")
+    any_game = algo_dir.parent.parent.glob(f"*/{algo_dir.name}/seed*/summary.json")
+    rates = []
+    for paths in (same_game, any_game):
+        for path in sorted(paths):
+            summary = read_summary(path.parent)
+            if summary and summary.get("complete") and summary.get("frames"):
+                rates.append(summary["wall_seconds"] / summary["frames"])
+        if rates:
+            break
+    if not rates:
+        return None
+    done = int((read_summary(directory) or {}).get("frames") or 0)
+    return statistics.median(rates) * max(0, frames - done)
+
+
+def _within_deadline(execute_run, deadline: float):
+    """``execute_run`` that starts only what fits before ``deadline`` (``time.monotonic()``).
+
+    A run whose :func:`estimate_seconds` exceeds the time left is not started
+    (:data:`DEADLINE_SKIPPED`); a started run's timeout is cut to the time left, and a run
+    stopped by it reports :data:`DEADLINE_STOPPED`.
+    """
+
+    def start(run, results: Path, frames: int, how: str, timeout: float) -> dict:
+        directory = run.directory(results)
+        left = deadline - time.monotonic()
+        needed = estimate_seconds(directory, frames)
+        if left <= 0 or (needed is not None and needed > left):
+            needs = f"needs about {_duration(needed or 0)}, {_duration(max(0, left))} left"
+            return _not_run(f"{DEADLINE_SKIPPED} ({needs})", directory)
+        result = execute_run(run, results, frames, how, min(timeout, left))
+        if result["status"].startswith("timeout") and time.monotonic() >= deadline - 1:
+            result["status"] = DEADLINE_STOPPED
+        return result
+
+    return start
+
+
 def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=None) -> int:
     """Run every cell that is not done, ``args.jobs`` at a time; return the number of failures.
 
@@ -517,6 +579,8 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
     """
     action_of = action_of or action
     execute_run = execute_run or execute
+    if getattr(args, "deadline", None) is not None:
+        execute_run = _within_deadline(execute_run, args.deadline)
     todo = []
     for run in runs:
         how = action_of(run, args.results, args.frames)
@@ -551,7 +615,7 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
                         result = future.result()
                     except Exception as error:  # the runner itself failed: report, go on
                         result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                    failures += result["status"] not in NOT_FAILED
+                    failures += not result["status"].startswith(NOT_FAILED)
                     if result["status"] == "ok" and not args.keep_checkpoints:
                         prune_checkpoints(run.directory(args.results))
                     print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)
@@ -1423,6 +1487,14 @@ def add_grid_arguments(
         "--summary-only", action="store_true", help="only rewrite the summary from the runs"
     )
     parser.add_argument(
+        "--deadline-minutes",
+        type=float,
+        default=None,
+        help="finish within this many minutes: a run whose estimated time (from the complete "
+        "runs of its algorithm) does not fit is not started, and a run still going then is "
+        "stopped with its checkpoint (for machines lent for a fixed time)",
+    )
+    parser.add_argument(
         "--progress-minutes",
         type=float,
         default=10.0,
@@ -1441,6 +1513,10 @@ def prepare(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit("--jobs must be >= 1")
     if args.timeout is None:
         args.timeout = args.frames / args.frames_per_timeout_second + 600
+    deadline_minutes = getattr(args, "deadline_minutes", None)
+    if deadline_minutes is not None and deadline_minutes <= 0:
+        raise SystemExit(f"--deadline-minutes must be > 0, got {deadline_minutes}")
+    args.deadline = None if deadline_minutes is None else time.monotonic() + 60 * deadline_minutes
     args.results = Path(args.results).resolve()
     return args
 

@@ -172,7 +172,7 @@ def run_all(args: argparse.Namespace) -> int:
             for future in as_completed(futures):
                 variant, game, seed, out = futures[future]
                 result = future.result()
-                failures += result["status"] not in NOT_FAILED
+                failures += not result["status"].startswith(NOT_FAILED)
                 if result["status"] == "ok":
                     prune_checkpoints(out)
                 s = result["summary"] or {}

@@ -276,6 +276,58 @@ def test_a_run_another_invocation_ran_since_planning_is_not_emptied(bench, tmp_p
     assert started == [stopped.directory(tmp_path)] and not checkpoints.exists()
 
 
+def _complete(directory: Path, frames: int, seconds: float, complete: bool = True) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    summary = {"complete": complete, "frames": frames, "frames_target": 1_000_000}
+    (directory / "summary.json").write_text(json.dumps(summary | {"wall_seconds": seconds}))
+
+
+def test_the_time_a_run_needs_is_estimated_from_the_complete_runs_beside_it(bench, tmp_path):
+    root = tmp_path / "minatar" / "runs"
+    _complete(root / "Breakout" / "acer" / "seed1", 1_000_000, 1_000.0)  # 1 ms a frame
+    _complete(root / "Breakout" / "acer" / "seed2", 1_000_000, 3_000.0)  # 3 ms a frame
+    _complete(root / "Breakout" / "acer" / "seed4", 500_000, 99_999.0, complete=False)
+    _complete(root / "Asterix" / "acer" / "seed1", 1_000_000, 8_000.0)
+    _complete(root / "Breakout" / "acer" / "seed3", 250_000, 600.0, complete=False)
+    # Same game first: median 2 ms a frame × the 750,000 frames seed 3 has left.
+    assert bench.estimate_seconds(root / "Breakout" / "acer" / "seed3", 1_000_000) == 1_500.0
+    # No complete run on Freeway: every game's (1, 3, 8 ms a frame: median 3) × 1M frames.
+    assert bench.estimate_seconds(root / "Freeway" / "acer" / "seed1", 1_000_000) == 3_000.0
+    assert bench.estimate_seconds(root / "Breakout" / "ppo" / "seed1", 1_000_000) is None
+
+
+def test_a_deadline_starts_only_what_fits_and_stops_what_runs_past_it(bench, tmp_path):
+    root = tmp_path / "minatar" / "runs"
+    _complete(root / "Breakout" / "acer" / "seed1", 1_000_000, 2_000_000.0)  # 2 s a frame
+    started = {}
+
+    def execute_run(run, results, frames, how, timeout):
+        started[run.algo] = timeout
+        if run.algo == "a2c":  # runs past the deadline: run_process's timeout stops it
+            time.sleep(max(0.0, timeout) + 0.05)
+            return {"status": f"timeout after {timeout:.0f} s", "seconds": timeout, "summary": None}
+        return {"status": "ok", "seconds": 0.0, "summary": {"complete": True, "frames": 3_000}}
+
+    args = argparse.Namespace(results=tmp_path, frames=3_000, timeout=3_600, jobs=1)
+    args.keep_checkpoints, args.deadline = False, time.monotonic() + 2.0
+    runs = [bench.Run("Breakout", algo, 2) for algo in ("acer", "ppo", "a2c")]
+    assert bench.run_grid(runs, args, execute_run=execute_run) == 0  # none of it a failure
+    assert "acer" not in started  # 3,000 frames × 2 s: 6,000 s, with about 2 s left
+    assert 0 < started["ppo"] <= 2.0 and started["a2c"] <= 2.0  # timeouts cut to the deadline
+    skipped = bench._within_deadline(execute_run, args.deadline)(
+        runs[0], tmp_path, 3_000, "fresh", 60
+    )["status"]
+    assert skipped == bench.DEADLINE_SKIPPED + " (needs about 1 h 40 min, 0 s left)"
+    stopped = bench.DEADLINE_STOPPED
+    assert stopped.startswith(bench.NOT_FAILED) and skipped.startswith(bench.NOT_FAILED)
+    options = dict(jobs=1, timeout=None, frames=3_000, frames_per_timeout_second=10)
+    with pytest.raises(SystemExit, match="--deadline-minutes must be > 0, got 0"):
+        bench.prepare(argparse.Namespace(**options, results=tmp_path, deadline_minutes=0))
+    before = time.monotonic()
+    args = bench.prepare(argparse.Namespace(**options, results=tmp_path, deadline_minutes=2))
+    assert before + 120 <= args.deadline <= time.monotonic() + 120
+
+
 def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
     run = bench.Run("Breakout", "acer", 1)
     summary = {"frames": 412_000, "fps": 196.0, "final_mean_return": 8.123}
