@@ -72,8 +72,9 @@ runs (default 2) go at once, each a subprocess with a time limit (``--timeout``;
 hits it resumes on the next invocation); one line is printed per finished run, one per run in
 flight every 10 minutes (``--progress-minutes``: frames, fps, return and the time left at its
 fps so far), and a failure does not stop the rest. On a machine lent for a fixed time,
-``--deadline-minutes M`` starts only the runs that its complete runs of the same algorithm say
-will finish within M minutes, and stops the runs still going at M with their checkpoints.
+``--deadline-minutes M`` starts a run only when the complete runs of its algorithm say it
+will finish in time (or when there is nothing to estimate from), and stops what still runs in
+time to save its checkpoint before M (:func:`_within_deadline`).
 
 Cost (Breakout, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
@@ -334,25 +335,16 @@ SKIPPED = "skipped: another invocation is running it"
 """The status of a run whose directory another grid invocation holds (not a failure)."""
 FINISHED_ELSEWHERE = "skipped: another invocation finished it since this one started"
 """The status of a run found complete once its lock was taken (not a failure)."""
-STARTED_ELSEWHERE = (
-    "skipped: another invocation left a checkpoint since this one started (the next "
-    "invocation resumes it)"
-)
-"""The status of a run planned as fresh that holds a checkpoint once its lock was taken."""
 DEADLINE_SKIPPED = "not started: it would not finish before the deadline"
-"""The status of a run ``--deadline-minutes`` leaves for a later invocation (not a failure)."""
-DEADLINE_STOPPED = "stopped at the deadline (its checkpoint resumes it)"
+"""The status (its beginning) of a run ``--deadline-minutes`` leaves for later (not a failure)."""
+DEADLINE_STOPPED = "stopped at the deadline, with its checkpoint"
 """The status of a run stopped when ``--deadline-minutes`` ran out (not a failure)."""
-NOT_FAILED = (
-    "ok",
-    SKIPPED,
-    STOPPED,
-    FINISHED_ELSEWHERE,
-    STARTED_ELSEWHERE,
-    DEADLINE_SKIPPED,
-    DEADLINE_STOPPED,
-)
-"""Statuses (and beginnings of statuses) that do not count as failures."""
+
+
+def failed(status: str) -> bool:
+    """Whether a run's status counts as a failure (the grid's exit status)."""
+    fine = ("ok", SKIPPED, STOPPED, FINISHED_ELSEWHERE, DEADLINE_STOPPED)
+    return status not in fine and not status.startswith(DEADLINE_SKIPPED)
 
 
 @contextlib.contextmanager
@@ -378,12 +370,13 @@ def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> d
 
     A fresh run starts from an empty directory; stdout and stderr go to ``output.log``.
     """
+
+    def replan() -> tuple[str, list[str]]:  # decided again once the run's lock is taken
+        now = action(run, results, frames)
+        return now, [] if now == "done" else command(run, results, frames, now)
+
     cmd = command(run, results, frames, how)
-
-    def done() -> bool:  # checked again once the run's lock is taken
-        return action(run, results, frames) == "done"
-
-    return run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh", done=done)
+    return run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh", replan=replan)
 
 
 def _not_run(status: str, directory: Path) -> dict:
@@ -395,26 +388,28 @@ def run_claimed(
     cmd: list[str],
     timeout: float,
     fresh: bool,
-    done: Callable[[], bool] | None = None,
+    replan: Callable[[], tuple[str, list[str]]] | None = None,
 ) -> dict:
     """:func:`run_process` under ``directory``'s run lock (:func:`claimed`), every grid's runner.
 
     ``fresh``: empty the directory first. A run another invocation holds is left alone (status
-    :data:`SKIPPED`); after an interrupt nothing starts (:data:`STOPPED`). What was planned
-    before the lock is checked again under it, since another invocation may have run the cell
-    in between: ``done()`` true skips it (:data:`FINISHED_ELSEWHERE`), and a run planned as
-    fresh that now has a checkpoint is left for the next invocation to resume
-    (:data:`STARTED_ELSEWHERE`) rather than emptied.
+    :data:`SKIPPED`); after an interrupt nothing starts (:data:`STOPPED`). ``replan`` (the
+    grids' :func:`execute`) decides again under the lock, since another invocation may have
+    run the cell between planning and now: it returns ``(how, command)`` as :func:`action` and
+    :func:`command` see the directory now; ``"done"`` skips the run
+    (:data:`FINISHED_ELSEWHERE`), and a run planned as fresh that now has a checkpoint resumes
+    it instead of emptying the directory.
     """
     if _STOPPING.is_set():
         return _not_run(STOPPED, directory)
     with claimed(directory) as mine:
         if not mine:
             return _not_run(SKIPPED, directory)
-        if done is not None and done():
-            return _not_run(FINISHED_ELSEWHERE, directory)
-        if fresh and has_checkpoint(directory):
-            return _not_run(STARTED_ELSEWHERE, directory)
+        if replan is not None:
+            how, cmd = replan()
+            if how == "done":
+                return _not_run(FINISHED_ELSEWHERE, directory)
+            fresh = how == "fresh"
         if fresh and directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -512,21 +507,24 @@ def progress_line(run, summary: dict | None, target: int, unit: str = "frames") 
 
 def _report_progress(futures: dict, args: argparse.Namespace, finished: threading.Event) -> None:
     """Every ``args.progress_minutes``, one :func:`progress_line` per run in flight."""
-    while not finished.wait(60 * args.progress_minutes):
+    while not finished.wait(60 * args.progress_minutes) and not _STOPPING.is_set():
         for future, run in list(futures.items()):
-            if future.running():
+            if future.running() and not finished.is_set():
                 summary = read_summary(run.directory(args.results))
                 line = progress_line(run, summary, args.frames, getattr(args, "unit", "frames"))
                 print(line, flush=True)
 
 
-def estimate_seconds(directory: Path, frames: int) -> float | None:
+def estimate_seconds(directory: Path, frames: int, fresh: bool) -> float | None:
     """Wall seconds the run in ``directory`` still needs, from the complete runs beside it.
 
     The median ``wall_seconds`` per frame of the complete runs of the same algorithm and game
-    (``<root>/<game>/<algo>/seed*``), else of the same algorithm on any game, times the frames
-    the run has left (``frames`` minus what its own ``summary.json`` reports). ``None`` when
-    no such run is complete: nothing to estimate from.
+    (``<root>/<game>/<algo>/seed*``, the MinAtar and the MuJoCo layout), else of the same
+    algorithm on any game, counting only runs complete at ``frames`` or more (a short run's
+    rate is mostly start-up), times the frames the run has left: all of them when ``fresh``,
+    else ``frames`` minus what its ``summary.json`` reports (a resumed run also repeats the
+    frames since its last checkpoint, a few minutes' worth). ``None`` when no such run is
+    complete: nothing to estimate from.
     """
     algo_dir = directory.parent  # <root>/<game>/<algo>
     same_game = algo_dir.glob("seed*/summary.json")
@@ -534,34 +532,42 @@ def estimate_seconds(directory: Path, frames: int) -> float | None:
     rates = []
     for paths in (same_game, any_game):
         for path in sorted(paths):
-            summary = read_summary(path.parent)
-            if summary and summary.get("complete") and summary.get("frames"):
-                rates.append(summary["wall_seconds"] / summary["frames"])
+            s = read_summary(path.parent) or {}
+            seconds, done = s.get("wall_seconds"), s.get("frames")
+            if not (s.get("complete") and (s.get("frames_target") or 0) >= frames):
+                continue
+            if isinstance(seconds, int | float) and seconds > 0 and done:
+                rates.append(seconds / done)
         if rates:
             break
     if not rates:
         return None
-    done = int((read_summary(directory) or {}).get("frames") or 0)
+    done = 0 if fresh else int((read_summary(directory) or {}).get("frames") or 0)
     return statistics.median(rates) * max(0, frames - done)
 
 
-def _within_deadline(execute_run, deadline: float):
-    """``execute_run`` that starts only what fits before ``deadline`` (``time.monotonic()``).
+def _within_deadline(execute_run, deadline: float, clock: Callable[[], float] = time.monotonic):
+    """``execute_run`` that starts only what fits before ``deadline`` (a ``clock()`` time).
 
-    A run whose :func:`estimate_seconds` exceeds the time left is not started
-    (:data:`DEADLINE_SKIPPED`); a started run's timeout is cut to the time left, and a run
-    stopped by it reports :data:`DEADLINE_STOPPED`.
+    A run is started only while more than :data:`STOP_GRACE_SECONDS` + 30 s are left and its
+    :func:`estimate_seconds` (when there is one) fits in what is left minus that, with its
+    timeout cut to it, so that a run stopped then saves its checkpoint before the deadline;
+    others report :data:`DEADLINE_SKIPPED`, a run stopped by the cut timeout
+    :data:`DEADLINE_STOPPED`.
     """
+    reserve = STOP_GRACE_SECONDS + 30
 
     def start(run, results: Path, frames: int, how: str, timeout: float) -> dict:
         directory = run.directory(results)
-        left = deadline - time.monotonic()
-        needed = estimate_seconds(directory, frames)
-        if left <= 0 or (needed is not None and needed > left):
-            needs = f"needs about {_duration(needed or 0)}, {_duration(max(0, left))} left"
-            return _not_run(f"{DEADLINE_SKIPPED} ({needs})", directory)
-        result = execute_run(run, results, frames, how, min(timeout, left))
-        if result["status"].startswith("timeout") and time.monotonic() >= deadline - 1:
+        usable = deadline - clock() - reserve
+        needed = estimate_seconds(directory, frames, fresh=how == "fresh")
+        if usable <= 0 or (needed is not None and needed > usable):
+            needs = "" if needed is None else f"needs about {_duration(needed)}, "
+            left = f"{needs}{_duration(max(0.0, usable))} left before stopping"
+            return _not_run(f"{DEADLINE_SKIPPED} ({left})", directory)
+        cut = usable < timeout
+        result = execute_run(run, results, frames, how, min(timeout, usable))
+        if cut and result["status"].startswith("timeout"):
             result["status"] = DEADLINE_STOPPED
         return result
 
@@ -601,7 +607,7 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
             pool.submit(execute_run, run, args.results, args.frames, how, args.timeout): run
             for run, how in todo
         }
-        finished = threading.Event()
+        finished, reporter = threading.Event(), None
         if getattr(args, "progress_minutes", 0) > 0:
             reporter = threading.Thread(
                 target=_report_progress, args=(futures, args, finished), daemon=True
@@ -615,12 +621,14 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
                         result = future.result()
                     except Exception as error:  # the runner itself failed: report, go on
                         result = {"status": f"error: {error!r}", "seconds": 0.0, "summary": None}
-                    failures += not result["status"].startswith(NOT_FAILED)
+                    failures += failed(result["status"])
                     if result["status"] == "ok" and not args.keep_checkpoints:
                         prune_checkpoints(run.directory(args.results))
                     print(f"[{done}/{len(todo)}] {describe(run, result)}", flush=True)
         finally:
             finished.set()  # the progress reporter's last wait
+            if reporter is not None:
+                reporter.join()  # no progress line after the last result
     return failures
 
 

@@ -50,10 +50,10 @@ sys.path.insert(0, str(HERE))
 from _results import write_markdown  # noqa: E402
 from minatar_grid import (  # noqa: E402
     GAMES,
-    NOT_FAILED,
     WINDOW,
     Run,
     ac_train,
+    failed,
     has_checkpoint,
     prune_checkpoints,
     read_run,
@@ -172,7 +172,7 @@ def run_all(args: argparse.Namespace) -> int:
             for future in as_completed(futures):
                 variant, game, seed, out = futures[future]
                 result = future.result()
-                failures += not result["status"].startswith(NOT_FAILED)
+                failures += failed(result["status"])
                 if result["status"] == "ok":
                     prune_checkpoints(out)
                 s = result["summary"] or {}

@@ -240,12 +240,15 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
     """Run one cell in a subprocess (see ``minatar_grid.execute``)."""
+
+    def replan() -> tuple[str, list[str]]:  # decided again once the run's lock is taken
+        now = action(run, results, frames)
+        return now, [] if now == "done" else command(run, results, frames, now)
+
     cmd = command(run, results, frames, how)
-
-    def done() -> bool:  # checked again once the run's lock is taken
-        return action(run, results, frames) == "done"
-
-    return grid.run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh", done=done)
+    return grid.run_claimed(
+        run.directory(results), cmd, timeout, fresh=how == "fresh", replan=replan
+    )
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:

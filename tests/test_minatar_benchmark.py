@@ -253,7 +253,7 @@ def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypat
 def test_a_run_another_invocation_ran_since_planning_is_not_emptied(bench, tmp_path, monkeypatch):
     """Planned as fresh, then finished (or checkpointed) by a second grid before the lock."""
     started = []
-    monkeypatch.setattr(bench, "run_process", lambda cmd, d, t: started.append(d) or OK)
+    monkeypatch.setattr(bench, "run_process", lambda cmd, d, t: started.append(cmd) or OK)
     finished, stopped = bench.Run("Breakout", "ppo", 1), bench.Run("Breakout", "ppo", 2)
     assert bench.action(finished, tmp_path, 3_000) == "fresh"  # what run_grid planned
     assert bench.action(stopped, tmp_path, 3_000) == "fresh"
@@ -264,21 +264,20 @@ def test_a_run_another_invocation_ran_since_planning_is_not_emptied(bench, tmp_p
     checkpoints = stopped.directory(tmp_path) / "checkpoints"
     checkpoints.mkdir(parents=True)
     (checkpoints / "latest").write_text("ckpt-1000\n")
-    for run, status in ((finished, bench.FINISHED_ELSEWHERE), (stopped, bench.STARTED_ELSEWHERE)):
-        assert bench.execute(run, tmp_path, 3_000, "fresh", 60)["status"] == status
-        assert status in bench.NOT_FAILED
-    assert started == []
-    assert (finished.directory(tmp_path) / "summary.json").is_file()
-    assert (checkpoints / "latest").is_file()
-    # A fresh run with nothing new in its directory still starts from an empty one.
-    (stopped.directory(tmp_path) / "checkpoints" / "latest").unlink()
+    result = bench.execute(finished, tmp_path, 3_000, "fresh", 60)
+    assert result["status"] == bench.FINISHED_ELSEWHERE and not bench.failed(result["status"])
+    assert started == [] and (finished.directory(tmp_path) / "summary.json").is_file()
     assert bench.execute(stopped, tmp_path, 3_000, "fresh", 60)["status"] == "ok"
-    assert started == [stopped.directory(tmp_path)] and not checkpoints.exists()
+    assert "--resume" in started[0] and (checkpoints / "latest").is_file()  # resumed, kept
+    # Planned as a resume, but the checkpoint is gone: it starts again from an empty directory.
+    (checkpoints / "latest").unlink()
+    assert bench.execute(stopped, tmp_path, 3_000, "resume", 60)["status"] == "ok"
+    assert "--resume" not in started[1] and not checkpoints.exists()
 
 
-def _complete(directory: Path, frames: int, seconds: float, complete: bool = True) -> None:
+def _complete(directory: Path, frames: int, seconds, complete=True, target=1_000_000) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    summary = {"complete": complete, "frames": frames, "frames_target": 1_000_000}
+    summary = {"complete": complete, "frames": frames, "frames_target": target}
     (directory / "summary.json").write_text(json.dumps(summary | {"wall_seconds": seconds}))
 
 
@@ -287,39 +286,55 @@ def test_the_time_a_run_needs_is_estimated_from_the_complete_runs_beside_it(benc
     _complete(root / "Breakout" / "acer" / "seed1", 1_000_000, 1_000.0)  # 1 ms a frame
     _complete(root / "Breakout" / "acer" / "seed2", 1_000_000, 3_000.0)  # 3 ms a frame
     _complete(root / "Breakout" / "acer" / "seed4", 500_000, 99_999.0, complete=False)
+    _complete(root / "Breakout" / "acer" / "seed5", 20_000, 9_999.0, target=20_000)  # smoke
+    _complete(root / "Breakout" / "acer" / "seed6", 1_000_000, None)  # no clock: skipped
     _complete(root / "Asterix" / "acer" / "seed1", 1_000_000, 8_000.0)
     _complete(root / "Breakout" / "acer" / "seed3", 250_000, 600.0, complete=False)
-    # Same game first: median 2 ms a frame × the 750,000 frames seed 3 has left.
-    assert bench.estimate_seconds(root / "Breakout" / "acer" / "seed3", 1_000_000) == 1_500.0
+    seed3 = root / "Breakout" / "acer" / "seed3"
+    # Same game first: median 2 ms a frame × the 750,000 frames seed 3 has left ...
+    assert bench.estimate_seconds(seed3, 1_000_000, fresh=False) == 1_500.0
+    # ... or × all 1M when it starts again (no checkpoint: its summary's frames do not count).
+    assert bench.estimate_seconds(seed3, 1_000_000, fresh=True) == 2_000.0
     # No complete run on Freeway: every game's (1, 3, 8 ms a frame: median 3) × 1M frames.
-    assert bench.estimate_seconds(root / "Freeway" / "acer" / "seed1", 1_000_000) == 3_000.0
-    assert bench.estimate_seconds(root / "Breakout" / "ppo" / "seed1", 1_000_000) is None
+    assert bench.estimate_seconds(root / "Freeway" / "acer" / "seed1", 1_000_000, True) == 3_000
+    assert bench.estimate_seconds(root / "Breakout" / "ppo" / "seed1", 1_000_000, True) is None
+    # At 2M frames no run is complete at that budget: nothing to estimate from.
+    assert bench.estimate_seconds(seed3, 2_000_000, fresh=True) is None
+    # The MuJoCo grid's layout is the same depth: <results>/mujoco/runs/<Task>/<algo>/seed<N>.
+    task = tmp_path / "mujoco" / "runs" / "Hopper" / "acer"
+    _complete(task / "seed1", 1_000_000, 7_000.0)
+    assert bench.estimate_seconds(task / "seed2", 1_000_000, fresh=True) == 7_000.0
 
 
-def test_a_deadline_starts_only_what_fits_and_stops_what_runs_past_it(bench, tmp_path):
+def test_a_deadline_starts_only_what_fits_and_stops_in_time_to_save(bench, tmp_path):
     root = tmp_path / "minatar" / "runs"
     _complete(root / "Breakout" / "acer" / "seed1", 1_000_000, 2_000_000.0)  # 2 s a frame
-    started = {}
+    now, timeouts = [0.0], {}
 
-    def execute_run(run, results, frames, how, timeout):
-        started[run.algo] = timeout
-        if run.algo == "a2c":  # runs past the deadline: run_process's timeout stops it
-            time.sleep(max(0.0, timeout) + 0.05)
-            return {"status": f"timeout after {timeout:.0f} s", "seconds": timeout, "summary": None}
-        return {"status": "ok", "seconds": 0.0, "summary": {"complete": True, "frames": 3_000}}
+    def execute_run(run, results, frames, how, timeout):  # runs until its timeout stops it
+        timeouts[run.algo], now[0] = timeout, now[0] + timeout
+        return {"status": f"timeout after {timeout:.0f} s", "seconds": timeout, "summary": None}
 
-    args = argparse.Namespace(results=tmp_path, frames=3_000, timeout=3_600, jobs=1)
-    args.keep_checkpoints, args.deadline = False, time.monotonic() + 2.0
-    runs = [bench.Run("Breakout", algo, 2) for algo in ("acer", "ppo", "a2c")]
-    assert bench.run_grid(runs, args, execute_run=execute_run) == 0  # none of it a failure
-    assert "acer" not in started  # 3,000 frames × 2 s: 6,000 s, with about 2 s left
-    assert 0 < started["ppo"] <= 2.0 and started["a2c"] <= 2.0  # timeouts cut to the deadline
-    skipped = bench._within_deadline(execute_run, args.deadline)(
-        runs[0], tmp_path, 3_000, "fresh", 60
-    )["status"]
-    assert skipped == bench.DEADLINE_SKIPPED + " (needs about 1 h 40 min, 0 s left)"
-    stopped = bench.DEADLINE_STOPPED
-    assert stopped.startswith(bench.NOT_FAILED) and skipped.startswith(bench.NOT_FAILED)
+    start = bench._within_deadline(execute_run, deadline=1_000.0, clock=lambda: now[0])
+    reserve = bench.STOP_GRACE_SECONDS + 30  # 120 s kept to stop and save
+    # 3,000 frames × 2 s = 6,000 s > the 880 s usable: not started.
+    status = start(bench.Run("Breakout", "acer", 2), tmp_path, 3_000, "fresh", 3_600)["status"]
+    assert (
+        status == bench.DEADLINE_SKIPPED + " (needs about 1 h 40 min, 15 min left before stopping)"
+    )
+    assert "acer" not in timeouts
+    # Nothing to estimate ppo from: it starts, its timeout cut to 880 s, and is stopped there.
+    status = start(bench.Run("Breakout", "ppo", 2), tmp_path, 3_000, "fresh", 3_600)["status"]
+    assert timeouts["ppo"] == 1_000.0 - reserve and status == bench.DEADLINE_STOPPED
+    # 120 s before the deadline nothing starts any more.
+    status = start(bench.Run("Breakout", "a2c", 2), tmp_path, 3_000, "fresh", 3_600)["status"]
+    assert status == bench.DEADLINE_SKIPPED + " (0 s left before stopping)"
+    # A run's own shorter timeout is still a failure, however close the deadline.
+    now[0] = 800.0
+    status = start(bench.Run("Breakout", "a2c", 3), tmp_path, 3_000, "fresh", 60)["status"]
+    assert status == "timeout after 60 s" and bench.failed(status)
+    assert not any(map(bench.failed, (bench.DEADLINE_STOPPED, bench.DEADLINE_SKIPPED + " (x)")))
+    assert bench.failed("failed (exit 1)") and not bench.failed("ok")
     options = dict(jobs=1, timeout=None, frames=3_000, frames_per_timeout_second=10)
     with pytest.raises(SystemExit, match="--deadline-minutes must be > 0, got 0"):
         bench.prepare(argparse.Namespace(**options, results=tmp_path, deadline_minutes=0))
@@ -345,39 +360,33 @@ def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
 
 
 @pytest.mark.timeout(60)
-def test_the_grid_reports_each_run_in_flight_while_it_runs(bench, tmp_path, capsys):
-    release = threading.Event()
+def test_the_grid_reports_each_run_in_flight_while_it_runs(bench, tmp_path, monkeypatch):
+    release, reports = threading.Event(), []
+
+    def progress_line(run, summary, target, unit="frames"):
+        reports.append((str(run), summary["frames"], target, unit))
+        if len(reports) >= 2:
+            release.set()
+        return "  … (progress)"
+
+    monkeypatch.setattr(bench, "progress_line", progress_line)
 
     def execute_run(run, results, frames, how, timeout):
         directory = run.directory(results)
         directory.mkdir(parents=True)
         summary = {"frames": 1_500, "fps": 100.0, "final_mean_return": 2.5, "complete": False}
         (directory / "summary.json").write_text(json.dumps(summary))
-        release.wait(30)
+        assert release.wait(30)  # released by two reports
         return {"status": "ok", "seconds": 1.0, "summary": summary | {"complete": True}}
-
-    seen = []
-
-    def release_after_two_reports():
-        deadline = time.monotonic() + 30
-        while "".join(seen).count("about") < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            seen.append(capsys.readouterr().out)
-        release.set()
 
     args = argparse.Namespace(results=tmp_path, frames=3_000, timeout=60, jobs=1)
     args.keep_checkpoints, args.progress_minutes = False, 0.002  # every 0.12 s
-    threading.Thread(target=release_after_two_reports, daemon=True).start()
     run = bench.Run("Breakout", "ppo", 1)
     assert bench.run_grid([run], args, execute_run=execute_run) == 0
-    assert release.is_set()
-    seen.append(capsys.readouterr().out)
-    reports = [line for line in "".join(seen).splitlines() if line.startswith("  … ")]
-    assert len(reports) >= 2  # released by the reports, not by its 30 s wait
-    assert reports[0] == (
-        "  … Breakout ppo seed 1: 1,500 of 3,000 frames (50%), 100 fps, return 2.50, "
-        "about 15 s left"
-    )
+    assert reports[:2] == [("Breakout ppo seed 1", 1_500, 3_000, "frames")] * 2
+    count = len(reports)
+    time.sleep(0.4)  # three report periods
+    assert len(reports) == count  # the reporter ended with the grid
 
 
 @pytest.mark.timeout(60)
