@@ -142,6 +142,12 @@ def command(study: str, variant: str, game: str, seed: int, frames: int, out: Pa
     ]
 
 
+def is_done(out: Path, frames: int) -> bool:
+    """Whether the run in ``out`` is complete at a budget of at least ``frames``."""
+    summary = read_summary(out)
+    return bool(summary and summary.get("complete") and summary["frames_target"] >= frames)
+
+
 def run_all(args: argparse.Namespace) -> int:
     """Run every missing run of the study, ``args.jobs`` at a time; return the failures."""
     todo = []
@@ -149,8 +155,7 @@ def run_all(args: argparse.Namespace) -> int:
         for game in args.games:
             for seed in args.seeds:
                 out = run_dir(args.results, args.study, variant, game, seed)
-                summary = read_summary(out)
-                if summary and summary.get("complete") and summary["frames_target"] >= args.frames:
+                if is_done(out, args.frames):
                     continue
                 todo.append((variant, game, seed, out))
     print(f"{len(todo)} run(s) to go, {args.jobs} at a time", flush=True)
@@ -159,6 +164,14 @@ def run_all(args: argparse.Namespace) -> int:
         futures = {}
         for variant, game, seed, out in todo:
             cmd = command(args.study, variant, game, seed, args.frames, out)
+
+            def replan(variant=variant, game=game, seed=seed, out=out):
+                # decided again once the run's lock is taken (minatar_grid.run_claimed)
+                if is_done(out, args.frames):
+                    return "done", []
+                how = "resume" if has_checkpoint(out) else "fresh"
+                return how, command(args.study, variant, game, seed, args.frames, out)
+
             futures[
                 pool.submit(
                     run_claimed,
@@ -166,6 +179,7 @@ def run_all(args: argparse.Namespace) -> int:
                     directory=out,
                     timeout=args.timeout,
                     fresh=not has_checkpoint(out),
+                    replan=replan,
                 )
             ] = (variant, game, seed, out)
         with stop_on_interrupt():

@@ -54,6 +54,28 @@ def test_commands_skip_and_resume(bench, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(60)
+def test_a_run_finished_elsewhere_after_planning_is_not_run_again(bench, tmp_path, monkeypatch):
+    grid = sys.modules["minatar_grid"]
+    out = bench.run_dir(tmp_path, "ppo_torso", "shared torso", "Breakout", 1)
+    calls, lock = [], grid.claimed.__wrapped__  # the generator under @contextmanager
+
+    def claimed_after_another_invocation_finished(directory):  # the lock, taken late
+        if directory == out:
+            fake_run(out, "ppo", 1, final=7.0, curve=[(3000, 7.0, 100, 3.0)])
+        return lock(directory)
+
+    late = grid.contextlib.contextmanager(claimed_after_another_invocation_finished)
+    monkeypatch.setattr(grid, "claimed", late)
+    ok = {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 1.0}}
+    monkeypatch.setattr(grid, "run_process", lambda cmd, d, t: calls.append(d) or ok)
+    argv = ["--study", "ppo_torso", "--games", "Breakout", "--seeds", "1", "--jobs", "1"]
+    argv += ["--frames", "3000", "--results", str(tmp_path)]
+    assert bench.main(argv) == 0
+    separate = bench.run_dir(tmp_path, "ppo_torso", "separate torsos", "Breakout", 1)
+    assert calls == [separate] and (out / "summary.json").is_file()  # finished, not redone
+
+
+@pytest.mark.timeout(60)
 def test_summary_reads_each_run_at_its_fractions(bench, tmp_path):
     def d(variant, seed):
         return bench.run_dir(tmp_path, "reactor_acting", variant, "Breakout", seed)
