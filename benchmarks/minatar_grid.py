@@ -208,6 +208,13 @@ def read_summary(directory: Path) -> dict | None:
         return None
 
 
+def complete_at(summary: dict | None, frames: int) -> bool:
+    """Whether ``summary`` is of a run complete at a budget of at least ``frames``."""
+    return bool(
+        summary and summary.get("complete") and (summary.get("frames_target") or 0) >= frames
+    )
+
+
 def has_checkpoint(directory: Path) -> bool:
     """Whether ``ac-train --resume`` has a checkpoint to continue from."""
     return (directory / "checkpoints" / "latest").is_file()
@@ -219,8 +226,7 @@ def action(run: Run, results: Path, frames: int) -> str:
     Ours resume with ``ac-train --resume``, peers from their :class:`PeerCheckpoint`.
     """
     directory = run.directory(results)
-    summary = read_summary(directory)
-    if summary and summary.get("complete") and summary.get("frames_target", 0) >= frames:
+    if complete_at(read_summary(directory), frames):
         return "done"
     if has_checkpoint(directory):
         return "resume"
@@ -365,17 +371,22 @@ def claimed(directory: Path):
         yield True
 
 
-def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
+def execute(
+    run, results: Path, frames: int, how: str, timeout: float, action_of=None, command_of=None
+) -> dict:
     """Run one cell in a subprocess; return ``{"status", "seconds", "summary"}``.
 
     A fresh run starts from an empty directory; stdout and stderr go to ``output.log``.
+    ``action_of`` and ``command_of`` (default: this module's :func:`action` and
+    :func:`command`) let another grid (``mujoco_grid.py``) run its own cells.
     """
+    action_of, command_of = action_of or action, command_of or command
 
     def replan() -> tuple[str, list[str]]:  # decided again once the run's lock is taken
-        now = action(run, results, frames)
-        return now, [] if now == "done" else command(run, results, frames, now)
+        now = action_of(run, results, frames)
+        return now, [] if now == "done" else command_of(run, results, frames, now)
 
-    cmd = command(run, results, frames, how)
+    cmd = command_of(run, results, frames, how)
     return run_claimed(run.directory(results), cmd, timeout, fresh=how == "fresh", replan=replan)
 
 
@@ -534,7 +545,7 @@ def estimate_seconds(directory: Path, frames: int, fresh: bool) -> float | None:
         for path in sorted(paths):
             s = read_summary(path.parent) or {}
             seconds, done = s.get("wall_seconds"), s.get("frames")
-            if not (s.get("complete") and (s.get("frames_target") or 0) >= frames):
+            if not complete_at(s, frames):
                 continue
             if isinstance(seconds, int | float) and seconds > 0 and done:
                 rates.append(seconds / done)

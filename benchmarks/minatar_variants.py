@@ -53,6 +53,7 @@ from minatar_grid import (  # noqa: E402
     WINDOW,
     Run,
     ac_train,
+    complete_at,
     failed,
     has_checkpoint,
     prune_checkpoints,
@@ -142,12 +143,6 @@ def command(study: str, variant: str, game: str, seed: int, frames: int, out: Pa
     ]
 
 
-def is_done(out: Path, frames: int) -> bool:
-    """Whether the run in ``out`` is complete at a budget of at least ``frames``."""
-    summary = read_summary(out)
-    return bool(summary and summary.get("complete") and summary["frames_target"] >= frames)
-
-
 def run_all(args: argparse.Namespace) -> int:
     """Run every missing run of the study, ``args.jobs`` at a time; return the failures."""
     todo = []
@@ -155,7 +150,7 @@ def run_all(args: argparse.Namespace) -> int:
         for game in args.games:
             for seed in args.seeds:
                 out = run_dir(args.results, args.study, variant, game, seed)
-                if is_done(out, args.frames):
+                if complete_at(read_summary(out), args.frames):
                     continue
                 todo.append((variant, game, seed, out))
     print(f"{len(todo)} run(s) to go, {args.jobs} at a time", flush=True)
@@ -167,7 +162,7 @@ def run_all(args: argparse.Namespace) -> int:
 
             def replan(variant=variant, game=game, seed=seed, out=out):
                 # decided again once the run's lock is taken (minatar_grid.run_claimed)
-                if is_done(out, args.frames):
+                if complete_at(read_summary(out), args.frames):
                     return "done", []
                 how = "resume" if has_checkpoint(out) else "fresh"
                 return how, command(args.study, variant, game, seed, args.frames, out)

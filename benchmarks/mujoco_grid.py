@@ -197,8 +197,7 @@ def paper_flags() -> list[str]:
 def action(run: Run, results: Path, frames: int) -> str:
     """``"done"``, ``"resume"`` (ours, with a checkpoint) or ``"fresh"``."""
     directory = run.directory(results)
-    summary = grid.read_summary(directory)
-    if summary and summary.get("complete") and summary.get("frames_target", 0) >= frames:
+    if grid.complete_at(grid.read_summary(directory), frames):
         return "done"
     if grid.has_checkpoint(directory):
         return "resume"
@@ -239,16 +238,8 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 
 
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
-    """Run one cell in a subprocess (see ``minatar_grid.execute``)."""
-
-    def replan() -> tuple[str, list[str]]:  # decided again once the run's lock is taken
-        now = action(run, results, frames)
-        return now, [] if now == "done" else command(run, results, frames, now)
-
-    cmd = command(run, results, frames, how)
-    return grid.run_claimed(
-        run.directory(results), cmd, timeout, fresh=how == "fresh", replan=replan
-    )
+    """Run one cell in a subprocess (``minatar_grid.execute`` with this grid's commands)."""
+    return grid.execute(run, results, frames, how, timeout, action, command)
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
