@@ -391,7 +391,7 @@ def execute(
 
 
 def _not_run(status: str, directory: Path) -> dict:
-    return {"status": status, "seconds": 0.0, "summary": read_summary(directory)}
+    return {"status": status, "seconds": 0.0, "summary": read_summary(directory), "started": False}
 
 
 def run_claimed(
@@ -471,13 +471,20 @@ def prune_checkpoints(directory: Path) -> None:
 
 
 def describe(run: Run, result: dict) -> str:
-    """One progress line."""
+    """One progress line: the status, and the run's frames, fps and return.
+
+    A run this invocation did not start (``result["started"]`` false: another invocation holds
+    or finished it, or the deadline left it for later) has no seconds of its own; its line
+    gives the status and, where the run has a ``summary.json``, what that says.
+    """
     s = result.get("summary") or {}
     ret = s.get("final_mean_return")
     details = (
         f"{s.get('frames', 0):,} frames, {s.get('fps') or 0:,.0f} fps, "
         f"return {'—' if ret is None else format(ret, '.2f')}"
     )
+    if not result.get("started", True):
+        return f"{run}: {result['status']}" + (f" (its summary: {details})" if s else "")
     return f"{run}: {result['status']} in {result['seconds']:.0f} s ({details})"
 
 

@@ -359,6 +359,27 @@ def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
     assert bench._duration(40.4) == "40 s" and bench._duration(59.6) == "1 min"
 
 
+def test_a_result_line_gives_seconds_only_for_runs_this_invocation_started(bench, tmp_path):
+    run = bench.Run("Breakout", "acer", 1)
+    summary = {"frames": 1_000_000, "fps": 1231.4, "final_mean_return": 9.6512}
+    ran = {"status": "ok", "seconds": 812.2, "summary": summary}
+    assert bench.describe(run, ran) == (
+        "Breakout acer seed 1: ok in 812 s (1,000,000 frames, 1,231 fps, return 9.65)"
+    )
+    # Left for later: no summary yet, so no "in 0 s (0 frames, ...)".
+    skipped = bench._not_run(bench.DEADLINE_SKIPPED + " (5 min left)", tmp_path / "none")
+    assert bench.describe(run, skipped) == (
+        f"Breakout acer seed 1: {bench.DEADLINE_SKIPPED} (5 min left)"
+    )
+    # Finished by another invocation: what its summary says, without seconds of ours.
+    d = run.directory(tmp_path)
+    fake_run(d, "acer", 1, final=9.6512, complete=True, curve=[(1000, 9.6512, 100, 1.0)])
+    elsewhere = bench._not_run(bench.FINISHED_ELSEWHERE, d)
+    line = bench.describe(run, elsewhere)
+    assert line.startswith(f"Breakout acer seed 1: {bench.FINISHED_ELSEWHERE} (its summary: ")
+    assert "return 9.65)" in line and " in 0 s" not in line
+
+
 @pytest.mark.timeout(60)
 def test_the_grid_reports_each_run_in_flight_while_it_runs(bench, tmp_path, monkeypatch):
     release, reports = threading.Event(), []
