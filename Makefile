@@ -1,5 +1,7 @@
 # One virtual environment serves every target. torch is installed first from TORCH_SPEC so that
 # the dependency ranges of torchrl/tensordict are already met (no multi-GB CUDA wheels on CPU hosts).
+# It has the bench extra (Stable-Baselines3, sb3-contrib) too, so that CI runs the peers' tests
+# (settings, checkpoint and resume of the MinAtar and MuJoCo grids' peers) instead of skipping them.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
@@ -11,7 +13,7 @@ $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,ray,minatar,mujoco]"
+	$(BIN)/pip install --quiet -e ".[test,ray,minatar,mujoco,bench]"
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
