@@ -684,6 +684,8 @@ def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
     pytest.importorskip("minatar")
     out = bench.Run("Breakout", "sb3_dqn", 1).directory(tmp_path)
     budget = 5_500  # learning starts after 5,000 frames
+    # What this worker had before (not SIG_DFL where an earlier test, e.g. ray.init, set one).
+    before = signal.getsignal(signal.SIGTERM)
     watcher = sigterm_once(out / "summary.json", 5_000)
     assert bench.train_peer("sb3_dqn", "Breakout", 1, budget, out) is None  # stopped
     watcher.join()
@@ -693,7 +695,7 @@ def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
     assert 5_000 <= at < budget  # (restoring updates, optimiser state: the test above)
     assert stopped["frames"] == at
     assert bench.action(bench.Run("Breakout", "sb3_dqn", 1), tmp_path, budget) == "resume"
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone again
+    assert signal.getsignal(signal.SIGTERM) == before  # its handler is gone again
 
     summary = bench.train_peer("sb3_dqn", "Breakout", 1, budget, out)
     assert summary["complete"] and summary["frames"] == budget
