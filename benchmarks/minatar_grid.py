@@ -1274,15 +1274,19 @@ def goal_lines(summary: dict[str, Any]) -> list[str]:
     ACER and Reactor: final median above every peer present, game by game (at least
     :data:`GOAL_GAMES` of the five). Our PPO: final median at least SB3 PPO's, and fps at
     least :data:`GOAL_FPS` × SB3 PPO's (median over games of the per-game median fps). A game
-    with an unfinished run among those compared gives no verdict; peers not run anywhere are
-    named, since "above every peer" can only be provisional until they are.
+    with an unfinished run among those compared gives no verdict; the peers not run on a game
+    are named, since "above every peer" there can only be provisional until they are.
     """
     games = summary["games"]
-    run_peers = {a for data in games.values() for a in data["algorithms"] if a in PEERS}
-    missing = [a for a in PEERS if a not in run_peers]
+    missing: dict[tuple[str, ...], list[str]] = {}  # the peers not run -> the games
+    for game, data in games.items():
+        absent = tuple(a for a in PEERS if a not in data["algorithms"])
+        if absent:
+            missing.setdefault(absent, []).append(game)
     caveat = (
-        f' Peers not run yet: {", ".join(missing)}; until they are, "above every peer" '
-        "means above the peers run so far."
+        " Peers not run yet: "
+        + "; ".join(f"{', '.join(peers)} on {', '.join(g)}" for peers, g in missing.items())
+        + '; until they are, "above every peer" there means above the peers run so far.'
         if missing
         else ""
     )
