@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+
+# cuBLAS needs a fixed workspace to run deterministically (the GPU tests, with the line below).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
 import pytest
 import torch
 

@@ -86,7 +86,8 @@ class ObservationNormalizer(TensorDictModuleBase):
                 f"{self.in_keys[0]!r}: expected observations of shape [*B, {expected}], "
                 f"got {list(observations.shape)}"
             )
-        flat = observations.reshape(-1, *shape).to(torch.float64)
+        # On the statistics' device (a CUDA learner's normalizer gets CPU-collected batches).
+        flat = observations.reshape(-1, *shape).to(self.loc.device, torch.float64)
         if flat.shape[0] == 0:
             return
         if not torch.isfinite(flat).all():

@@ -607,7 +607,7 @@ class ReactorLoss(FastPathMixin, LossModule):
         dtype = logits.dtype
         reward = nxt.get(keys.reward).to(dtype)  # r_t                            [*B, T, 1]
         done, terminated = nxt.get(keys.done), nxt.get(keys.terminated)
-        support = self.support.to(dtype)
+        support = self.support.to(logits.device, dtype)  # the networks' device
         with torch.no_grad():
             if not self._recurrent:
                 if isinstance(plan, _FastPlan):

@@ -350,6 +350,7 @@ def build(config: ACERConfig):
     )
     # fused: torch's one-kernel Adam (the same update, less CPU per step than the per-tensor
     # loop; benchmarks/results/optimizer_step.md).
+    loss = loss.to(config.device)  # its own buffers (coefficients) beside the networks
     optimizer = torch.optim.Adam(loss.parameters(), lr=config.lr, fused=True)
     average = SoftUpdate(loss, eps=config.average_policy_decay)
     return policy, loss, optimizer, average, normalizer
@@ -496,6 +497,7 @@ def train(
     )
 
     def update(batch) -> dict[str, float]:
+        batch = batch.to(config.device)  # collected and replayed on the CPU
         if normalizer is not None:  # the current statistics, for fresh and replayed steps
             batch = normalizer(batch)
         out = loss_module(batch)

@@ -381,7 +381,7 @@ def build(config: ReactorConfig):
         priority_eta=config.priority_eta,
         priority_metric=config.priority_metric,
         bootstrap_states=config.bootstrap_states,
-    )
+    ).to(config.device)  # its buffers (the support) beside the networks
     # fused: torch's one-kernel Adam (the same update; ~half the CPU of the per-tensor loop
     # for these ~15 small tensors, benchmarks/results/optimizer_step.md).
     optimizer = torch.optim.Adam(
