@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
+        "--fill",
+        type=int,
+        default=3_000,
+        help="frames in the replay before timing (a long run's is full: replay_capacity)",
+    )
+    parser.add_argument(
         "--general-path",
         action="store_true",
         help="ReactorLoss(fast_path=False): the networks through their TensorDict wrappers",
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.general_path:
         loss.fast_path = False
     replay = make_replay(config)
-    fill(config, loss, replay, 3_000)
+    fill(config, loss, replay, args.fill)
     compiled = 0
     if args.compile != "off":
         compiled = compile_networks(loss, dynamic=args.compile == "dynamic")
