@@ -68,7 +68,8 @@ file, replay buffer and counters, saved every 5 minutes and when the run is stop
 with no checkpoint starts again. A resumed run starts new episodes where the stopped one had
 episodes in progress. Finished runs' ``checkpoints/`` are deleted (ACER's, Reactor's and the
 DQN peers' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs``
-runs (default 2) go at once, each a subprocess with a time limit (``--timeout``; a run that
+runs (default 2) go at once, started seed by seed (every game's seed 1 before any seed 2:
+:func:`run_order`), each a subprocess with a time limit (``--timeout``; a run that
 hits it resumes on the next invocation); one line is printed per finished run, one per run in
 flight every 10 minutes (``--progress-minutes``: frames, fps, return and the time left at its
 fps so far), and a failure does not stop the rest. On a machine lent for a fixed time,
@@ -196,8 +197,17 @@ def runs_root(results: Path) -> Path:
 
 
 def plan(games, algos, seeds) -> list[Run]:
-    """The runs of the grid, game by game."""
+    """The runs of the grid, game by game (the summary's order)."""
     return [Run(g, a, s) for g in games for a in algos for s in seeds]
+
+
+def run_order(games, algos, seeds) -> list[Run]:
+    """The runs of the grid in the order they start: seed by seed, then game by game.
+
+    A grid stopped part-way (runs of hours, sessions of a few) then holds the lower seeds of
+    every game and algorithm rather than every seed of the first games.
+    """
+    return [Run(g, a, s) for s in seeds for g in games for a in algos]
 
 
 def read_summary(directory: Path) -> dict | None:
@@ -1591,7 +1601,7 @@ def main(argv: list[str] | None = None) -> int:
         if "sb3_qrdqn" in args.algos:
             needed.add("sb3_contrib")
         require(needed, "bench,minatar")
-        failures = run_grid(plan(args.games, args.algos, args.seeds), args)
+        failures = run_grid(run_order(args.games, args.algos, args.seeds), args)
     summary = summarize(args.results, args.games, args.algos, args.seeds)
     return report(summary, write_results(summary, args), failures)
 

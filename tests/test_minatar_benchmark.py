@@ -222,6 +222,35 @@ def test_complete_runs_are_skipped_and_unfinished_resumed(bench, tmp_path, monke
 
 
 @pytest.mark.timeout(60)
+def test_runs_start_seed_by_seed_so_a_stopped_grid_covers_every_game(bench, tmp_path, monkeypatch):
+    started = []
+
+    def execute(run, results, frames, how, timeout):
+        started.append(str(run))
+        summary = {"complete": True, "frames": frames, "fps": 1.0, "final_mean_return": 2.0}
+        return {"status": "ok", "seconds": 0.0, "summary": summary}
+
+    monkeypatch.setattr(bench, "execute", execute)
+    argv = ["--games", "Breakout", "Asterix", "--algos", "ppo", "acer", "--seeds", "1", "2"]
+    status = bench.main([*argv, "--frames", "3000", "--jobs", "1", "--results", str(tmp_path)])
+    assert status == 0
+    assert started == [
+        "Breakout ppo seed 1",
+        "Breakout acer seed 1",
+        "Asterix ppo seed 1",
+        "Asterix acer seed 1",
+        "Breakout ppo seed 2",
+        "Breakout acer seed 2",
+        "Asterix ppo seed 2",
+        "Asterix acer seed 2",
+    ]
+    # The tables keep the games' order, whatever order the runs ran in.
+    assert [str(r) for r in bench.plan(["Breakout"], ["ppo"], [2, 1])] == [
+        "Breakout ppo seed 2",
+        "Breakout ppo seed 1",
+    ]
+
+
 def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypatch):
     # Another grid invocation (here: another process holding the flock) is writing seed 1.
     d1 = bench.Run("Breakout", "ppo", 1).directory(tmp_path)
