@@ -1,4 +1,4 @@
-"""Where one Reactor learner step spends its time: CPU milliseconds per phase, and the top ops.
+"""Where one Reactor learner step spends its time: milliseconds per phase, and the top ops.
 
 Fills a replay with CartPole-v1 (or MinAtar) data collected by the recipe's own actor, then
 times ``--steps`` learner steps of ``ac_extensions.recipes.reactor.learner_step``'s phases one
@@ -11,6 +11,13 @@ steps for the heaviest ops and cProfile for the heaviest Python functions.
     python benchmarks/profile_learner.py --label general_path --general-path  # fast_path=False
     PYTHONPATH=/path/to/older/checkout python benchmarks/profile_learner.py --label before
     python benchmarks/profile_learner.py --label compile --compile static  # torch.compile
+    python benchmarks/profile_learner.py --label cuda --env MinAtar/Breakout-v1 --device cuda
+    python benchmarks/profile_learner.py --label graphs --device cuda --compile reduce-overhead
+
+On CUDA the phases are wall milliseconds with the device synchronised at each phase's end (a
+kernel's time is not on the process's CPU clock); ``reduce-overhead`` is ``torch.compile``'s
+CUDA-graph mode. The replay stays on the CPU, as in the recipe, and each sample is moved to
+the device inside "sample".
 
 Each label writes ``benchmarks/results/reactor_learner_profile/<label>.json``; the markdown
 ``benchmarks/results/reactor_learner_profile.md`` shows every label found, side by side.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import json
 import pstats
@@ -58,7 +66,7 @@ def fill(config, loss, replay, frames: int) -> None:
     collector.shutdown()
 
 
-def compile_networks(loss, dynamic: bool) -> int:
+def compile_networks(loss, mode: str) -> int:
     """``torch.compile`` every plain network module inside the loss's TensorDict wrappers.
 
     Compiles in place (``nn.Module.compile``), so the fast path's direct calls and the
@@ -76,18 +84,35 @@ def compile_networks(loss, dynamic: bool) -> int:
                 and id(wrapper.module) not in seen
             ):
                 seen.add(id(wrapper.module))
-                wrapper.module.compile(dynamic=dynamic)
+                if mode == "reduce-overhead":
+                    wrapper.module.compile(mode=mode)
+                else:
+                    wrapper.module.compile(dynamic=mode == "dynamic")
                 count += 1
     return count
 
 
 def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
-    """One learner step (as ``learner_step``), CPU seconds per phase."""
-    clock = time.process_time
+    """One learner step (as ``learner_step``), seconds per phase.
+
+    Process CPU seconds on the CPU; on CUDA wall seconds, the device synchronised before each
+    reading.
+    """
+    from torchrl.modules import set_recurrent_mode
+
+    if config.device.startswith("cuda"):
+
+        def clock() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+    else:
+        clock = time.process_time
     t0 = clock()
-    sample = replay.sample().reshape(-1, config.sequence_length)
+    sample = replay.sample().reshape(-1, config.sequence_length).to(config.device)
     t1 = clock()
-    out = loss(sample)
+    with set_recurrent_mode(config.recurrent):
+        out = loss(sample)
     total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
     t2 = clock()
     optimizer.zero_grad(set_to_none=True)
@@ -105,7 +130,12 @@ def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--label", required=True, help="name of this measurement")
+    parser.add_argument("--label", help="name of this measurement (required unless --summary-only)")
+    parser.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="only rebuild the markdown from the stored labels (e.g. ones measured elsewhere)",
+    )
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
@@ -122,26 +152,35 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--compile",
-        choices=("off", "static", "dynamic"),
+        choices=("off", "static", "dynamic", "reduce-overhead"),
         default="off",
-        help="torch.compile the network modules (static or dynamic shapes) before timing",
+        help="torch.compile the network modules (static or dynamic shapes, or CUDA graphs) "
+        "before timing",
     )
+    parser.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.summary_only:
+        write_summary()
+        return
+    if not args.label:
+        parser.error("--label is required")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     import ac_extensions
     from ac_extensions.recipes.reactor import ReactorConfig, build, make_replay
 
-    config = ReactorConfig.for_env(args.env, seed=1)
+    config = ReactorConfig.for_env(args.env, seed=1, device=args.device)
     _, loss, optimizer, target = build(config)
     if args.general_path:
         loss.fast_path = False
     replay = make_replay(config)
-    fill(config, loss, replay, args.fill)
+    # The workers' actor lives on the CPU (as in the recipe's collectors).
+    cpu_config = dataclasses.replace(config, device="cpu")
+    fill(cpu_config, build(cpu_config)[1], replay, args.fill)
     compiled = 0
     if args.compile != "off":
-        compiled = compile_networks(loss, dynamic=args.compile == "dynamic")
+        compiled = compile_networks(loss, args.compile)
     warm_up = time.process_time()
     for _ in range(20 if compiled else 5):  # compiling (and recompiling) happens here
         timed_step(loss, optimizer, target, replay, config)
@@ -175,7 +214,11 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python benchmarks/profile_learner.py", *map(shlex.quote, argv)]),
         "env": args.env,
         "source": str(Path(ac_extensions.__file__).parent),
-        "fast_path": loss.fast_path_blocker(replay.sample().reshape(-1, config.sequence_length))
+        "device": config.device,
+        "clock": "wall, synchronised" if config.device.startswith("cuda") else "process CPU",
+        "fast_path": loss.fast_path_blocker(
+            replay.sample().reshape(-1, config.sequence_length).to(config.device)
+        )
         or "taken",
         "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s)",
         "steps": args.steps,
@@ -185,6 +228,11 @@ def main(argv: list[str] | None = None) -> None:
         "python_functions": functions,
     }
     (OUT / f"{args.label}.json").write_text(json.dumps(record, indent=1))
+    write_summary()
+
+
+def write_summary() -> None:
+    """Rebuild ``reactor_learner_profile.md`` from every stored label; print the table."""
     records = [json.loads(path.read_text()) for path in OUT.glob("*.json")]
     write_markdown(RESULTS / "reactor_learner_profile.md", summary(records))
     print(table(records))
@@ -201,7 +249,7 @@ def command(record: dict) -> str:
 
 
 def table(records: list[dict]) -> str:
-    """CPU milliseconds per phase, one column per label (sorted by label)."""
+    """Milliseconds per phase, one column per label (sorted by label)."""
     records = sorted(records, key=lambda r: r["label"])
     rows = [
         "| phase | " + " | ".join(r["label"] for r in records) + " |",
@@ -221,15 +269,17 @@ def summary(records: list[dict]) -> str:
         f"### {r['label']} ({r['env']}, code from `{r['source']}`"
         + (f"; fast path: {r['fast_path']}" if "fast_path" in r else "")
         + (f"; torch.compile: {r['compile']}" if "compile" in r else "")
+        + (f"; device {r['device']}, {r['clock']} ms" if "device" in r else "")
         + ")\n\n"
         f"torch ops (10 steps):\n\n```\n{r['torch_ops']}\n```\n\n"
         f"Python functions (20 steps, cumulative):\n\n```\n{r['python_functions']}\n```"
         for r in records
     )
     return (
-        "# Reactor learner step: CPU milliseconds per phase\n\n"
+        "# Reactor learner step: milliseconds per phase\n\n"
         "Each label's default `ReactorConfig.for_env(env)` (the MinAtar network on MinAtar), "
-        "one torch thread; process CPU time per learner step, median over the repeats. "
+        "one torch thread; process CPU time per learner step (on CUDA: wall time, the device "
+        "synchronised at each phase's end), median over the repeats. "
         "Commands:\n\n"
         f"{commands}\n\n{table(records)}\n\n{details}\n"
     )

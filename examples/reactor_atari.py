@@ -9,6 +9,9 @@ fed the previous action and reward; R2D2-style stored state), with rewards clipp
 here: Atari needs ~10^7 frames and a GPU learner (``--device cuda``); the defaults below are
 a starting point, not reproduced results. On one H200 with 16 cores it trained at under ~100
 fps (a 170 s check, ``benchmarks/results/gpu.md``): 10M frames would take more than a day.
+The replay's sample is what bounds it, not the GPU: on an H100, 138 of a learner step's
+188 ms went to gathering the 32 × 33 stacked frames (and their next ones) out of the CPU
+storage (``gpu.md``, section 4).
 
     python examples/reactor_atari.py --env_id ALE/Pong-v5 --frames 10000000 --device cuda
 """
