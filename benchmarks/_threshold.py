@@ -15,6 +15,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -216,19 +217,32 @@ def run_seeds(
     seeds: list[int],
     frames: int | dict[str, int],
     timeout: int = 900,
+    jobs: int = 1,
 ) -> dict[str, list[dict]]:
     """Every name for every seed, seed by seed, each a fresh child (:func:`run_child`).
 
-    ``frames`` is one budget for all, or one per name. Prints each result as it arrives.
+    ``frames`` is one budget for all, or one per name. With ``jobs`` > 1 that many children
+    run at once (frames to the threshold stay comparable; seconds and fps then share the
+    machine). Prints each result as it arrives; each name's results are in ``seeds`` order.
     """
-    runs: dict[str, list[dict]] = {name: [] for name in names}
     width = max(map(len, names))
-    for seed in seeds:
-        for name in names:
-            budget = frames[name] if isinstance(frames, dict) else frames
-            result = run_child(script, name, seed, budget, timeout=timeout)
-            runs[name].append(result)
-            print(f"{name:{width}s} seed {seed}: {result}", flush=True)
+    order = [(seed, name) for seed in seeds for name in names]
+
+    def one(pair: tuple[int, str]) -> dict:
+        seed, name = pair
+        budget = frames[name] if isinstance(frames, dict) else frames
+        result = run_child(script, name, seed, budget, timeout=timeout)
+        print(f"{name:{width}s} seed {seed}: {result}", flush=True)
+        return result
+
+    if jobs > 1:
+        with ThreadPoolExecutor(jobs) as pool:
+            results = list(pool.map(one, order))
+    else:
+        results = [one(pair) for pair in order]
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for (_, name), result in zip(order, results, strict=True):
+        runs[name].append(result)
     return runs
 
 

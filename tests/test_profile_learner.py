@@ -45,3 +45,12 @@ def test_each_label_keeps_its_own_command(bench):
     assert "| phase | a | b |" in lines  # columns sorted by label
     assert "| total | 5.00 | 10.00 |" in lines
     assert text.index("ops of a") < text.index("ops of b")
+
+
+def test_cuda_labels_name_their_clock(bench):
+    cuda = record(bench, "g", "MinAtar/Breakout-v1", 1.0, device="cuda", clock="wall, synchronised")
+    text = bench.summary([cuda, record(bench, "c", "CartPole-v1", 1.0)])
+    assert (
+        "### g (MinAtar/Breakout-v1, code from `/src`; device cuda, wall, synchronised ms)" in text
+    )
+    assert "### c (CartPole-v1, code from `/src`)" in text  # older records: no device field
