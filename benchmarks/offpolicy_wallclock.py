@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -96,6 +97,17 @@ VARIANTS: dict[str, tuple[str, dict]] = {
             "envs_per_worker": 8,
             "replay_ratio": 2.0,
             "batch_size": 128,
+        },
+    ),
+    "acer (1 thread, shared torso, 8 envs, replay 4 × 64)": (
+        "acer",
+        {
+            "frames": 60_000,
+            "torch_threads": 1,
+            "share_torso": True,
+            "envs_per_worker": 8,
+            "replay_ratio": 4.0,
+            "batch_size": 64,
         },
     ),
     "acer (async, 1 worker × 8 envs, 1 thread)": (
@@ -200,13 +212,16 @@ def main() -> None:
     header = (
         "# Wall-clock to 475 on CartPole-v1: ACER and Reactor against PPO\n\n"
         f"Command: `python benchmarks/offpolicy_wallclock.py --seeds "
-        f"{' '.join(map(str, args.seeds))}{chosen}` (each run a fresh process, stopped "
+        f"{' '.join(map(str, args.seeds))}{chosen}"
+        + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+        + "` (each run a fresh process, stopped "
         "when the mean of the last 20 returns first reaches 475 or at its budget: PPO "
         "100,352 frames, ACER and Reactor 60,000; "
         + (
-            "runs one after the other, seed by seed, on the same 2-core machine; "
+            f"runs one after the other, seed by seed, on the same {os.cpu_count()}-core machine; "
             if args.jobs == 1
-            else f"{args.jobs} runs at a time, seed by seed (seconds and fps share the machine); "
+            else f"{args.jobs} runs at a time, seed by seed, on a {os.cpu_count()}-core machine "
+            "(seconds and fps share its cores); "
         )
         + "wall time includes model/collector construction; fps up to "
         "475). Goal: ACER and "
