@@ -26,6 +26,10 @@ Studies (:data:`STUDIES`):
   default, the grid's ``reactor`` rows). On Freeway the default's policy stayed near uniform
   (entropy ~0.9 of ln 3 ≈ 1.10 from 200k frames on) while its return fell from 14 to 9–11;
   the critic's action gaps are small next to a 0.01 temperature.
+- ``reactor_torso``: Reactor's policy gradient let into the torso it shares with the
+  critic (``--policy-torso-gradient true``, the recipe's network before it followed the
+  paper) instead of stopped there (the paper's §3.4.1, the default: the policy head reads
+  features the distributional critic alone shapes).
 - ``ppo_envs``: PPO's 1,024-frame batch as 32 envs × 32 steps instead of 8 × 128 (the
   default; the grid's ``ppo`` rows): TorchRL's per-step collection cost is paid once per 32
   frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
@@ -98,6 +102,14 @@ STUDIES: dict[str, dict] = {
         "variants": {
             # The default (A3C/ACER's 0.01) is the grid's reactor row (same command).
             "entropy 0.001": ["--entropy-coeff", "0.001"],
+        },
+    },
+    "reactor_torso": {
+        "algo": "reactor",
+        "baseline": "policy gradient stopped at the torso (default)",
+        "variants": {
+            # The default (the paper's §3.4.1) is the grid's reactor row (same command).
+            "policy gradient into the torso": ["--policy-torso-gradient", "true"],
         },
     },
     "ppo_envs": {
