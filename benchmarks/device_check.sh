@@ -12,22 +12,14 @@
 #
 #   OUT=/tmp/x bash benchmarks/device_check.sh
 #
-# A machine without torchrl & co. can get them as wheels in .whl/ (see the device tool's
-# README); they are installed into /tmp/site first when that folder exists.
+# A machine without torchrl & co. can get them as wheels in .whl/: benchmarks/_device_env.sh
+# installs them into /tmp/site first when that folder exists.
 set -u
 OUT=${OUT:-/tmp/device_check}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-export CUBLAS_WORKSPACE_CONFIG=:4096:8 # deterministic cuBLAS (the tests ask for determinism)
-PY=python3
+# shellcheck source=benchmarks/_device_env.sh
+source "$(dirname "$0")/_device_env.sh"
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     echo "cpus: $(nproc)"

@@ -17,16 +17,8 @@ set -u
 OUT=${OUT:-/tmp/device_profile}
 LOGS=$OUT/logs
 mkdir -p "$LOGS" "$OUT/profiles"
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-export CUBLAS_WORKSPACE_CONFIG=:4096:8
-PY=python3
+# shellcheck source=benchmarks/_device_env.sh
+source "$(dirname "$0")/_device_env.sh"
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     echo "cpus: $(nproc)"
