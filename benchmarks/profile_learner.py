@@ -175,9 +175,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.general_path:
         loss.fast_path = False
     replay = make_replay(config)
-    # The workers' actor lives on the CPU (as in the recipe's collectors).
-    cpu_config = dataclasses.replace(config, device="cpu")
-    fill(cpu_config, build(cpu_config)[1], replay, args.fill)
+    # The workers' actor lives on the CPU (as in the recipe's collectors): a CUDA learner
+    # fills the replay through a CPU copy of its loss.
+    if config.device == "cpu":
+        fill(config, loss, replay, args.fill)
+    else:
+        cpu_config = dataclasses.replace(config, device="cpu")
+        fill(cpu_config, build(cpu_config)[1], replay, args.fill)
     compiled = 0
     if args.compile != "off":
         compiled = compile_networks(loss, args.compile)
