@@ -23,13 +23,15 @@ Studies (:data:`STUDIES`):
   frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
   replayed steps per frame; MinAtar's DQN replays 32).
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
-  default, the grid's ``reactor`` rows). On Freeway the default's policy stayed near uniform
-  (entropy ~0.9 of ln 3 ≈ 1.10 from 200k frames on) while its return fell from 14 to 9–11;
-  the critic's action gaps are small next to a 0.01 temperature.
+  default), both with the policy gradient stopped at the torso (the MinAtar default when it
+  ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
+  near uniform (entropy ~0.9 of ln 3 ≈ 1.10 from 200k frames on) while its return fell from 14
+  to 9–11; the critic's action gaps are small next to a 0.01 temperature.
 - ``reactor_torso``: Reactor's policy gradient let into the torso it shares with the
-  critic (``--policy-torso-gradient true``, the recipe's network before it followed the
-  paper) instead of stopped there (the paper's §3.4.1, the default: the policy head reads
-  features the distributional critic alone shapes).
+  critic (the MinAtar default, chosen by this study; the grid's ``reactor`` rows) or stopped
+  there (``--policy-torso-gradient false``: the paper's §3.4.1, the policy head reads features
+  the distributional critic alone shapes; the MinAtar default before, whose grid runs were
+  moved here).
 - ``ppo_envs``: PPO's 1,024-frame batch as 32 envs × 32 steps instead of 8 × 128 (the
   default; the grid's ``ppo`` rows): TorchRL's per-step collection cost is paid once per 32
   frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
@@ -98,18 +100,21 @@ STUDIES: dict[str, dict] = {
     },
     "reactor_entropy": {
         "algo": "reactor",
-        "baseline": "entropy 0.01 (default)",
+        "baseline": "entropy 0.01 (default), policy gradient stopped at the torso",
+        "baseline_from": ("reactor_torso", "policy gradient stopped at the torso"),
         "variants": {
-            # The default (A3C/ACER's 0.01) is the grid's reactor row (same command).
-            "entropy 0.001": ["--entropy-coeff", "0.001"],
+            # Ran when the paper's stopped gradient was the MinAtar default; compared with
+            # the same setting at the default entropy (reactor_torso's variant).
+            "entropy 0.001": ["--entropy-coeff", "0.001", "--policy-torso-gradient", "false"],
         },
     },
     "reactor_torso": {
         "algo": "reactor",
-        "baseline": "policy gradient stopped at the torso (default)",
+        "baseline": "policy gradient into the torso (MinAtar default)",
         "variants": {
-            # The default (the paper's §3.4.1) is the grid's reactor row (same command).
-            "policy gradient into the torso": ["--policy-torso-gradient", "true"],
+            # The MinAtar default since 2026-11-27 is the grid's reactor row (same command);
+            # the paper's setting (§3.4.1), the default before, is the variant.
+            "policy gradient stopped at the torso": ["--policy-torso-gradient", "false"],
         },
     },
     "ppo_envs": {
@@ -131,7 +136,9 @@ STUDIES: dict[str, dict] = {
 }
 """Study → our algorithm and its variants (name → ``ac-train`` flags). A study whose default
 is one of ``minatar_grid.py``'s own runs (the same command without the flags) names it as
-``baseline``: its table shows the grid's runs of the same games and seeds under that name."""
+``baseline``: its table shows the grid's runs of the same games and seeds under that name. With
+``baseline_from`` (study, variant) the baseline's runs are that other study's variant's instead
+of the grid's (a comparison made when the grid's default was another)."""
 FRACTIONS = (0.25, 0.5, 1.0)
 """Where along each run the table reads the 100-episode mean (fractions of its frames)."""
 
@@ -239,11 +246,22 @@ def _row(directory: Path) -> dict | None:
     }
 
 
+def _baseline_dir(results: Path, spec: dict, game: str, seed: int) -> Path:
+    """Where a study's baseline run of ``game`` and ``seed`` lives.
+
+    The grid's run, or that of ``baseline_from``'s study variant.
+    """
+    if "baseline_from" in spec:
+        study, variant = spec["baseline_from"]
+        return run_dir(results, study, variant, game, seed)
+    return Run(game, spec["algo"], seed).directory(results)
+
+
 def summarize(results: Path) -> dict:
     """Every study's runs found under ``results``: ``{study: {variant: {game: [run...]}}}``.
 
     A study with a ``baseline`` gets it as a first variant: the grid's complete runs of the
-    study's algorithm on the games and seeds its variants ran.
+    study's algorithm on the games and seeds its variants ran (or ``baseline_from``'s).
     """
     found: dict = {}
     for study, spec in STUDIES.items():
@@ -261,7 +279,7 @@ def summarize(results: Path) -> dict:
         baseline: dict = {}
         for game in GAMES:
             seeds = sorted({r["seed"] for v in found[study].values() for r in v.get(game, [])})
-            rows = [_row(Run(game, spec["algo"], seed).directory(results)) for seed in seeds]
+            rows = [_row(_baseline_dir(results, spec, game, seed)) for seed in seeds]
             if any(rows):
                 baseline[game] = [r for r in rows if r is not None]
         if baseline:
@@ -299,6 +317,9 @@ def markdown(found: dict) -> str:
                 frames = _median(r["frames"] for r in runs)
                 fps = _median(r["fps"] for r in runs)
                 flags = spec["variants"].get(variant)
+                if flags is None and "baseline_from" in spec:
+                    other, other_variant = spec["baseline_from"]
+                    flags = STUDIES[other]["variants"][other_variant]
                 flags = f"`{' '.join(flags)}`" if flags else f"(`minatar_grid.py`'s {spec['algo']})"
                 lines.append(
                     f"| {variant} | {flags} | {game} | "

@@ -42,7 +42,7 @@ from _threshold import run_until_threshold
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "reactor_paper"
 VARIANTS = {
-    "paper": {},
+    "paper": {},  # ReactorConfig.PAPER (also under every variant but previous)
     "previous": None,  # ReactorConfig.PREVIOUS
     "r2d2_priority": {"priority_eta": 0.9, "priority_metric": "td"},
     "beta_0.4": {"importance_exponent": 0.4},
@@ -53,11 +53,15 @@ VARIANTS = {
 
 
 def overrides(variant: str) -> dict:
-    """The ``ReactorConfig`` fields a variant sets on top of the defaults."""
+    """The ``ReactorConfig`` fields a variant sets on top of the family's defaults.
+
+    The paper's settings (``ReactorConfig.PAPER``, which MinAtar's defaults depart from) and
+    the variant's one departure, or ``ReactorConfig.PREVIOUS``.
+    """
     from ac_extensions.recipes.reactor import ReactorConfig
 
     extra = VARIANTS[variant]
-    return dict(ReactorConfig.PREVIOUS) if extra is None else dict(extra)
+    return dict(ReactorConfig.PREVIOUS) if extra is None else {**ReactorConfig.PAPER, **extra}
 
 
 def run_minatar(train) -> dict:
@@ -185,8 +189,9 @@ def summarize() -> dict:
         "Command: `python benchmarks/reactor_paper.py --env <id> --seeds 1 2 3 --frames <N> "
         "--jobs 2` (one result file per run under `benchmarks/results/reactor_paper/`; "
         "2 runs at a time on the shared 2-core machine, so seconds and fps compare only "
-        "roughly). `paper` = the recipe's defaults; `previous` = `ReactorConfig.PREVIOUS` "
-        "(all departures); the others change one setting of `paper`.\n\n"
+        "roughly). `paper` = `ReactorConfig.PAPER` (the recipe's defaults but on MinAtar, "
+        "whose policy gradient reaches the torso since 2026-11-27); `previous` = "
+        "`ReactorConfig.PREVIOUS` (all departures); the others change one setting of `paper`.\n\n"
         + "\n\n".join(sections)
         + "\n"
     )

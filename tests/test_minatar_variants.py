@@ -135,3 +135,45 @@ def test_a_study_with_a_baseline_shows_the_grid_runs_of_its_games_and_seeds(benc
     )
     assert f"| {variant} | `--envs-per-worker 32 --rollout-length 32` | Breakout | 1 " in md
     assert "ppo_epochs" not in md  # a baseline alone makes no table
+
+
+@pytest.mark.timeout(60)
+def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path):
+    rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0), (4000, 4.0, 100, 3.0)]
+    fake_run(
+        bench.run_dir(tmp_path, "reactor_entropy", "entropy 0.001", "Freeway", 1),
+        "reactor",
+        1,
+        final=4.0,
+        curve=rows,
+    )
+    stopped = "policy gradient stopped at the torso"
+    fake_run(
+        bench.run_dir(tmp_path, "reactor_torso", stopped, "Freeway", 1),
+        "reactor",
+        1,
+        final=8.0,
+        curve=[(r[0], 2 * r[1], *r[2:]) for r in rows],
+        fps=50.0,
+    )
+    # The grid's run of the same game and seed is not the entropy study's baseline.
+    grid_run = sys.modules["minatar_grid"].Run
+    fake_run(
+        grid_run("Freeway", "reactor", 1).directory(tmp_path),
+        "reactor",
+        1,
+        final=40.0,
+        curve=[(r[0], 10 * r[1], *r[2:]) for r in rows],
+    )
+    found = bench.summarize(tmp_path)
+    baseline = bench.STUDIES["reactor_entropy"]["baseline"]
+    assert list(found["reactor_entropy"]) == [baseline, "entropy 0.001"]
+    assert found["reactor_entropy"][baseline]["Freeway"][0]["final_mean_return"] == 8.0
+    # The torso study itself shows the grid's run as its baseline.
+    torso_baseline = bench.STUDIES["reactor_torso"]["baseline"]
+    assert found["reactor_torso"][torso_baseline]["Freeway"][0]["final_mean_return"] == 40.0
+    md = bench.markdown(found)
+    assert (
+        f"| {baseline} | `--policy-torso-gradient false` | Freeway | 1 | 4,000 | 2.00 | 4.00 "
+        "| 8.00 | 50 |" in md
+    )

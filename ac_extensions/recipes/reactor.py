@@ -79,6 +79,7 @@ class ReactorConfig(RunConfig):
             "reward_scale": 1.0,
             "replay_start": 5_000,
             "target_update_period": 1_000,
+            "policy_torso_gradient": True,
         },
         "atari": {
             "envs_per_worker": 8,
@@ -103,9 +104,16 @@ class ReactorConfig(RunConfig):
     integers (mostly 0 or 1 a frame), so C51's ±10 support fits as it does clipped Atari
     rewards (a game scoring often, e.g. SpaceInvaders, can have discounted returns above 10,
     which the projection puts on the top atom); the feed-forward branches stay (MinAtar's
-    channels include motion trails, so one frame is close to Markov). Atari: the starting
-    point ``examples/reactor_atari.py`` runs (sequence length 33 and a target period of ~1000
-    learner steps are half-remembered Reactor values that could not be verified,
+    channels include motion trails, so one frame is close to Markov); the policy's gradient
+    into the torso it shares with the critic, a departure from the paper (§3.4.1, which stops
+    it there) chosen by measurement: with the paper's stopped gradient the critic could not
+    rank Freeway's actions (``benchmarks/results/reactor_probe.md``); seed 1, mean return of
+    the last 100 episodes at 1M frames, into the torso against stopped there
+    (``benchmarks/results/minatar_variants.md``, study ``reactor_torso``): Breakout 25.31 vs
+    20.49, Asterix 6.89 vs 0.77, and Freeway 41.64 vs 10.80 at 400k frames.
+    ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)`` restores the paper's. Atari: the
+    starting point ``examples/reactor_atari.py`` runs (sequence length 33 and a target period
+    of ~1000 learner steps are half-remembered Reactor values that could not be verified,
     research/algorithms.md §b.5; the rest follow DQN/R2D2 practice). Untuned placeholders:
     none of these has been measured with this recipe yet."""
 
@@ -172,7 +180,8 @@ class ReactorConfig(RunConfig):
     """Dueling distributional Q head (the paper's, §3.4.1; False: one linear layer, before)."""
     policy_torso_gradient: bool = False
     """Whether the policy's gradient reaches the shared torso (the paper blocks it, §3.4.1;
-    True was this recipe's network before)."""
+    True was this recipe's network before, and is the MinAtar default: see
+    ``FAMILY_DEFAULTS``)."""
     target_update_period: int = 100
     """Learner steps between two copies of the online parameters into the target network
     (``HardUpdate``; tuned, the paper's period is unverified)."""
@@ -209,6 +218,19 @@ class ReactorConfig(RunConfig):
     """Factor on the rewards the learner sees (so the discounted returns fit the support);
     the logged returns stay the environment's. Not in the paper, whose Atari rewards are
     clipped to [−1, 1]."""
+
+    PAPER: ClassVar[Mapping[str, Any]] = {
+        "priority_eta": 0.0,
+        "priority_metric": "auto",
+        "bootstrap_states": "unroll",
+        "importance_exponent": 1.0,
+        "policy_epsilon": 0.01,
+        "dueling": True,
+        "policy_torso_gradient": False,
+    }
+    """The paper's values of the settings ``PREVIOUS`` departs from: the class defaults, and
+    what ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)`` restores where a family's
+    defaults depart from the paper (MinAtar's policy gradient into the torso)."""
 
     PREVIOUS: ClassVar[Mapping[str, Any]] = {
         "priority_eta": 0.9,

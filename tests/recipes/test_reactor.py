@@ -75,6 +75,17 @@ def test_defaults_are_the_papers_and_previous_restores_the_old_recipe():
     assert heads[0].state_value is None and heads[0].policy_epsilon == 0.0
 
 
+def test_paper_names_the_class_defaults_and_minatar_departs_from_one_of_them():
+    paper = ReactorConfig()
+    assert all(getattr(paper, k) == v for k, v in ReactorConfig.PAPER.items())
+    assert set(ReactorConfig.PAPER) == set(ReactorConfig.PREVIOUS)
+    minatar = ReactorConfig.for_env("MinAtar/Breakout-v1")
+    assert minatar.policy_torso_gradient is True  # measured: FAMILY_DEFAULTS["minatar"]
+    restored = ReactorConfig.for_env("MinAtar/Breakout-v1", **ReactorConfig.PAPER)
+    assert restored.policy_torso_gradient is False and restored.lr == minatar.lr
+    assert ReactorConfig.for_env("ALE/Pong-v5").policy_torso_gradient is False
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_learner_step_assigns_priorities_and_copies_the_target_at_the_period(recurrent):
