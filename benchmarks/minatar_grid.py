@@ -5,7 +5,7 @@ action set, sticky actions 0.1, difficulty ramping; Young & Tian, 2019, arXiv:19
 algorithms × seeds, every run to the same frame budget (default 1,000,000; a frame is one env
 step, MinAtar has no frame skip).
 
-    make bench-minatar                                  # the full grid: 5 × 7 × 3 = 105 runs
+    make bench-minatar                                  # the full grid: 5 × 8 × 3 = 120 runs
     python benchmarks/minatar_grid.py --games Breakout --algos ppo sb3_dqn --seeds 1 --frames 50000
     python benchmarks/minatar_grid.py --summary-only         # rewrite the tables/plot from the runs
 
@@ -14,11 +14,11 @@ each in its own process: ``ac-train <algo> --env MinAtar/<Game>-v1 --frames N --
 --return-window 100 --out <rundir>`` (every other field: the recipe's MinAtar defaults,
 ``Config.for_env``; the network is :class:`~ac_extensions.modules.MinAtarCNN`).
 
-Peers (``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``) run in a child process of this script
-(``--child``) and use the same torso: a SB3 ``BaseFeaturesExtractor`` holding a
-:class:`~ac_extensions.modules.MinAtarCNN` (one 3×3 conv with 16 channels, ReLU, a 128-unit
-layer, ReLU; kenjyoung/MinAtar ``examples/dqn.py``, ``QNetwork``), with ``net_arch=[]`` so the
-heads are single linear layers on its 128 features, as in the paper's network. Observations
+Peers (``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``, ``sb3_dqn_paper``) run in a child
+process of this script (``--child``) and use the same torso: a SB3 ``BaseFeaturesExtractor``
+holding a :class:`~ac_extensions.modules.MinAtarCNN` (one 3×3 conv with 16 channels, ReLU, a
+128-unit layer, ReLU; kenjyoung/MinAtar ``examples/dqn.py``, ``QNetwork``), with ``net_arch=[]``
+so the heads are single linear layers on its 128 features, as in the paper's network. Observations
 come from the same wrapper as ours (:func:`ac_extensions.runtime.envs.make_gym_env`: float32
 channels-first ``[C, 10, 10]``, values 0/1). SB3 only transposes observation spaces it takes
 for images (``uint8`` in [0, 255], ``is_image_space``), so a float32 [0, 1] space stays
@@ -26,18 +26,24 @@ channels-first as it is, and ``normalize_images=False`` keeps it from being divi
 No Atari wrappers (no frame stack, no reward clipping: MinAtar rewards are already 0/1 and its
 maps carry the motion trails). Each peer uses one torch thread (two runs share 2 cores).
 
-- ``sb3_dqn``: the MinAtar paper's DQN, constants of kenjyoung/MinAtar ``examples/dqn.py``:
-  replay 100,000, batch 32, one update per frame (``train_freq=1``), target network copied
-  every 1,000 frames, learning starts after 5,000 frames (uniform random actions before,
-  as there), ε from 1 to 0.1 linearly over the first 100,000 frames then 0.1 (SB3 anneals from
-  frame 0; dqn.py from frame 5,000 on: a 5% shift of the schedule), γ 0.99, Huber loss
-  (SB3's DQN loss, as dqn.py), and dqn.py's optimiser: centred RMSProp, lr 2.5e-4, α
-  (squared-gradient momentum) 0.95, momentum 0.95, ε 0.01. No gradient clipping (dqn.py has
-  none; SB3's default of 10 is switched off).
-- ``sb3_qrdqn``: QR-DQN (Dabney et al., 2018, arXiv:1710.10044) with the same DQN settings
-  except one update per 4 frames (``train_freq=4``: the QR-DQN paper's rate, which keeps
-  Nature DQN's update period of 4, and rl-baselines3-zoo's default for QR-DQN; the MinAtar
-  paper's one per frame made a run ≈15 h here), 51 quantiles (the resolution of Reactor's 51
+- ``sb3_dqn``: DQN with the MinAtar paper's settings (constants of kenjyoung/MinAtar
+  ``examples/dqn.py``) except one update per 4 frames (``train_freq=4``: Nature DQN's update
+  period, rl-baselines3-zoo's Atari default, and the rate of ``sb3_qrdqn`` below, so that the
+  two DQN peers differ in their head, loss and optimiser only): replay 100,000, batch 32,
+  target network copied every 1,000 frames, learning starts after 5,000 frames (uniform
+  random actions before, as there), ε from 1 to 0.1 linearly over the first 100,000 frames
+  then 0.1 (SB3 anneals from frame 0; dqn.py from frame 5,000 on: a 5% shift of the
+  schedule), γ 0.99, Huber loss (SB3's DQN loss, as dqn.py), and dqn.py's optimiser: centred
+  RMSProp, lr 2.5e-4, α (squared-gradient momentum) 0.95, momentum 0.95, ε 0.01. No gradient
+  clipping (dqn.py has none; SB3's default of 10 is switched off).
+- ``sb3_dqn_paper``: the same with the MinAtar paper's one update per frame (``train_freq=1``).
+  Not in the default grid: it cost 12,749 s for one run here (Breakout seed 1, 65–115 fps
+  beside one other job), so its 15 runs would have been ≈50 job-hours, the grid's largest
+  share. Run it by name (``--algos sb3_dqn_paper``); its Breakout seed 1 is committed.
+- ``sb3_qrdqn``: QR-DQN (Dabney et al., 2018, arXiv:1710.10044) with ``sb3_dqn``'s settings,
+  one update per 4 frames included (the QR-DQN paper's rate, which keeps Nature DQN's update
+  period of 4, and rl-baselines3-zoo's default for QR-DQN; the MinAtar paper's one per frame
+  made a run ≈15 h here), 51 quantiles (the resolution of Reactor's 51
   atoms; the paper's Atari N and sb3-contrib's default of 200 cost 5.1× more per frame here:
   Breakout, 12k frames after the replay start, one thread beside two other jobs, 119 fps at
   200 quantiles against 613 at 51, its quantile Huber loss over N × N pairs dominating the
@@ -131,7 +137,11 @@ from _results import write_markdown  # noqa: E402
 RESULTS = HERE / "results"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 OURS = ("a2c", "ppo", "acer", "reactor")
-PEERS = ("sb3_ppo", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
+GRID_PEERS = ("sb3_ppo", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
+"""The peers of the default grid (``make bench-minatar``)."""
+PEERS = (*GRID_PEERS, "sb3_dqn_paper")
+"""Every peer ``--algos`` accepts (``sb3_dqn_paper``: run by name only)."""
+GRID = OURS + GRID_PEERS
 ALGOS = OURS + PEERS
 WINDOW = 100
 """Finished episodes in the moving mean (the MinAtar paper's metric)."""
@@ -738,10 +748,12 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
         exploration_final_eps=0.1,
         exploration_fraction=min(1.0, 100_000 / frames),
     )
-    if algo == "sb3_dqn":
+    if algo in ("sb3_dqn", "sb3_dqn_paper"):
         rmsprop = dict(alpha=0.95, momentum=0.95, eps=0.01, centered=True)
         policy |= {"optimizer_class": torch.optim.RMSprop, "optimizer_kwargs": rmsprop}
-        return dqn | dict(max_grad_norm=math.inf, policy_kwargs=policy)
+        # One update per 4 frames (Nature DQN's rate); the MinAtar paper's dqn.py: one per frame.
+        train_freq = 1 if algo == "sb3_dqn_paper" else 4
+        return dqn | dict(train_freq=train_freq, max_grad_norm=math.inf, policy_kwargs=policy)
     if algo == "sb3_qrdqn":
         # 51 quantiles, Reactor's atom count (the paper's 200 cost 5.1x more per frame here).
         policy |= {"n_quantiles": 51, "optimizer_kwargs": {"eps": 0.01 / 32}}
@@ -1026,7 +1038,7 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict 
     if algo == "sb3_qrdqn":
         from sb3_contrib import QRDQN as cls
     else:
-        cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN}[algo]
+        cls = {"sb3_ppo": PPO, "sb3_a2c": A2C, "sb3_dqn": DQN, "sb3_dqn_paper": DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
     complete = learn_peer(model, log, checkpoint, frames, seed)
     env.close()
@@ -1290,7 +1302,7 @@ def goal_lines(summary: dict[str, Any]) -> list[str]:
     games = summary["games"]
     missing: dict[tuple[str, ...], list[str]] = {}  # the peers not run -> the games
     for game, data in games.items():
-        absent = tuple(a for a in PEERS if a not in data["algorithms"])
+        absent = tuple(a for a in GRID_PEERS if a not in data["algorithms"])
         if absent:
             missing.setdefault(absent, []).append(game)
     caveat = (
@@ -1381,8 +1393,9 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
         f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
         "",
         "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
-        "RMSProp lr 2.5e-4 included); sb3_qrdqn with the same settings but one update per 4 "
-        "frames (the QR-DQN paper's rate), 51 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
+        "RMSProp lr 2.5e-4 included) but one update per 4 frames (Nature DQN's rate; "
+        "sb3_dqn_paper keeps the paper's one per frame); sb3_qrdqn with the same settings, "
+        "51 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
         "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings.",
         "",
         f"**Runs present: {summary['present']} of {summary['planned']} planned "
@@ -1585,7 +1598,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--algos", nargs="+", default=list(GRID), choices=ALGOS)
     add_grid_arguments(parser, unit="frames", frames_per_timeout_second=10, results=RESULTS)
     return parser
 

@@ -560,17 +560,29 @@ def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):
     assert (out / "logs" / "sb3_a2c" / "scalars" / "train" / "return_window.csv").is_file()
 
 
-def test_sb3_qrdqn_peer_keeps_dqn_settings_but_updates_every_four_frames(bench):
+def test_dqn_peers_update_every_four_frames_but_the_paper_peer_every_frame(bench):
     pytest.importorskip("stable_baselines3")
-    dqn, qrdqn = (
-        bench.peer_settings("sb3_dqn", 1_000_000),
-        bench.peer_settings("sb3_qrdqn", 1_000_000),
+    dqn, paper, qrdqn = (
+        bench.peer_settings(algo, 1_000_000) for algo in ("sb3_dqn", "sb3_dqn_paper", "sb3_qrdqn")
     )
-    assert (dqn["train_freq"], qrdqn["train_freq"]) == (1, 4)
+    assert (dqn["train_freq"], paper["train_freq"], qrdqn["train_freq"]) == (4, 1, 4)
+    # sb3_dqn and sb3_dqn_paper differ in the update rate only (as the runs record them).
+    dqn_recorded, paper_recorded = bench._jsonable(dqn), bench._jsonable(paper)
+    assert dqn_recorded.pop("train_freq") == 4 and paper_recorded.pop("train_freq") == 1
+    assert dqn_recorded == paper_recorded
     shared = ("buffer_size", "batch_size", "learning_rate", "learning_starts", "gamma")
     assert all(dqn[k] == qrdqn[k] for k in (*shared, "target_update_interval"))
     assert qrdqn["policy_kwargs"]["n_quantiles"] == 51  # Reactor's atom count
     assert qrdqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 0.01 / 32}
+
+
+def test_the_paper_rate_dqn_peer_runs_by_name_only(bench):
+    """``sb3_dqn_paper`` is a peer --algos accepts, outside the default grid and its gaps."""
+    assert "sb3_dqn_paper" in bench.PEERS and "sb3_dqn_paper" not in bench.GRID
+    assert bench.build_parser().parse_args([]).algos == list(bench.GRID)
+    assert bench.build_parser().parse_args(["--algos", "sb3_dqn_paper"]).algos == ["sb3_dqn_paper"]
+    command = bench.command(bench.Run("Breakout", "sb3_dqn_paper", 1), Path("r"), 100, "fresh")
+    assert command[-6:-1] == ["--child", "sb3_dqn_paper", "Breakout", "1", "100"]
 
 
 def sigterm_once(summary: Path, frames: int, deadline: float = 60.0) -> threading.Thread:
