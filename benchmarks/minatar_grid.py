@@ -1158,8 +1158,12 @@ def against_ppo(runs: dict[str, list[dict]]) -> dict[str, Any] | None:
     return out
 
 
-def summarize(results: Path, games, algos, seeds) -> dict[str, Any]:
-    """Everything the tables and the plot show, from the run directories of the grid."""
+def summarize(results: Path, games, algos, seeds, complete_only: bool = False) -> dict[str, Any]:
+    """Everything the tables and the plot show, from the run directories of the grid.
+
+    ``complete_only``: leave out the runs still under way (``--complete-only``), so that the
+    tables are those of the finished runs alone: what a commit of the finished runs reproduces.
+    """
     planned = plan(games, algos, seeds)
     per_game: dict[str, Any] = {}
     present = complete = 0
@@ -1167,7 +1171,9 @@ def summarize(results: Path, games, algos, seeds) -> dict[str, Any]:
         runs: dict[str, list[dict]] = {}
         for algo in algos:
             found = [read_run(Run(game, algo, s).directory(results)) for s in seeds]
-            runs[algo] = [r for r in found if r is not None]
+            runs[algo] = [
+                r for r in found if r is not None and (r["complete"] or not complete_only)
+            ]
             present += len(runs[algo])
             complete += sum(r["complete"] for r in runs[algo])
         peer_medians = {
@@ -1382,14 +1388,17 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     """The whole ``minatar.md``."""
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     seeds = " ".join(map(str, args.seeds))
+    only = " --complete-only" if getattr(args, "complete_only", False) else ""
+    peers = ", ".join(a for a in args.algos if a in PEERS)
     lines = [
         "# MinAtar: ac_extensions recipes vs Stable-Baselines3 peers",
         "",
         f"Command: `python benchmarks/minatar_grid.py --games {' '.join(args.games)} --algos "
-        f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}` (`make bench-minatar`; "
+        f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}{only}` "
+        "(`make bench-minatar`; "
         f"settings and their sources: the docstring of `benchmarks/minatar_grid.py`). Envs "
         f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
-        f"{args.frames:,} frames, ours through `ac-train`, peers ({', '.join(PEERS)}) "
+        f"{args.frames:,} frames, ours through `ac-train`, peers ({peers}) "
         f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
         "",
         "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
@@ -1599,6 +1608,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
     parser.add_argument("--algos", nargs="+", default=list(GRID), choices=ALGOS)
+    parser.add_argument(
+        "--complete-only",
+        action="store_true",
+        help="summarise the complete runs only (leave out runs under way or stopped)",
+    )
     add_grid_arguments(parser, unit="frames", frames_per_timeout_second=10, results=RESULTS)
     return parser
 
@@ -1615,7 +1629,7 @@ def main(argv: list[str] | None = None) -> int:
             needed.add("sb3_contrib")
         require(needed, "bench,minatar")
         failures = run_grid(run_order(args.games, args.algos, args.seeds), args)
-    summary = summarize(args.results, args.games, args.algos, args.seeds)
+    summary = summarize(args.results, args.games, args.algos, args.seeds, args.complete_only)
     return report(summary, write_results(summary, args), failures)
 
 

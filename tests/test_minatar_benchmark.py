@@ -147,6 +147,23 @@ def test_summary_of_fabricated_runs(bench, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_complete_only_leaves_out_the_runs_under_way(bench, tmp_path):
+    make_grid(bench, tmp_path)  # ppo seed 3 is unfinished (final 3.0)
+    algos, seeds = ["ppo", "sb3_ppo", "sb3_dqn"], [1, 2, 3]
+    summary = bench.summarize(tmp_path, ["Breakout"], algos, seeds, complete_only=True)
+    assert (summary["planned"], summary["present"], summary["complete"]) == (9, 7, 7)
+    ppo = summary["games"]["Breakout"]["algorithms"]["ppo"]
+    assert (ppo["seeds"], ppo["unfinished"], ppo["final_median"]) == (2, 0, 6.5)
+    args = bench.build_parser().parse_args(
+        ["--algos", *algos, "--seeds", "1", "2", "3", "--frames", "3000", "--complete-only"]
+    )
+    assert args.complete_only
+    md = bench.markdown(summary, args)
+    assert "--frames 3000 --complete-only` (`make bench-minatar`" in md  # the command, as run
+    assert "peers (sb3_ppo, sb3_dqn) with" in md  # the peers of the command, not all known
+
+
+@pytest.mark.timeout(60)
 def test_off_policy_learners_against_our_ppo(bench, tmp_path):
     make_grid(bench, tmp_path)
 
