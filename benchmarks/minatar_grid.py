@@ -86,13 +86,15 @@ time to save its checkpoint before M (:func:`_within_deadline`).
 Cost (Breakout, one run at a time on this 2-core machine while other jobs ran, so
 pessimistic; frames per second once learning runs): a2c ≈1,400, ppo ≈1,250, acer ≈370 (≈490 on
 a quieter second try), sb3_ppo ≈2,250 (20k frames each); measured again beside two MuJoCo
-runs on 2026-11-26: reactor ≈125 (20k frames: a 16 ms learner step per 4 frames), sb3_dqn
-≈255 (one update per frame, 2.9 ms of CPU per frame), sb3_qrdqn ≈610 (one update per 4
-frames, 51 quantiles; ≈120 at the paper's 200, whose quantile Huber loss over 200 × 200 pairs
-costs 36 ms per update with one thread). Under heavier load the same runs went at a third of
-that (Reactor's Breakout seed 1: 64 fps, 4.4 h). At 1M frames, as one of two jobs, that is
-about 2 h per Reactor run, 1–1.5 h per SB3 DQN run, under an hour for every other: 60–70
-job-hours for the grid, so it is meant to be resumed across invocations. A checkpoint holds
+runs on 2026-11-26: reactor ≈125 (20k frames: a 16 ms learner step per 4 frames),
+sb3_dqn_paper ≈255 (one update per frame, 2.9 ms of CPU per frame), sb3_qrdqn ≈610 (one
+update per 4 frames, 51 quantiles; ≈120 at the paper's 200, whose quantile Huber loss over
+200 × 200 pairs costs 36 ms per update with one thread). Under heavier load the same runs went
+at a third of that (Reactor's Breakout seed 1: 64 fps, 4.4 h; sb3_dqn_paper's Breakout seed 1:
+78 fps, 3.5 h). sb3_dqn, one update per 4 frames, ran Breakout seed 1 at 934 fps beside one
+Reactor run (1,075 s; final 6.23, against sb3_dqn_paper's 5.47). At 1M frames, as one of two
+jobs, that is about 2 h per Reactor run and under an hour for every other: ≈40 job-hours for
+the grid, so it is meant to be resumed across invocations. A checkpoint holds
 the replay and is not committed: a run stopped on one machine starts again on another.
 
 Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs:
