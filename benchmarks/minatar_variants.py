@@ -32,6 +32,11 @@ Studies (:data:`STUDIES`):
   there (``--policy-torso-gradient false``: the paper's §3.4.1, the policy head reads features
   the distributional critic alone shapes; the MinAtar default before, whose grid runs were
   moved here).
+- ``reactor_support``: Reactor's categorical support [-10, 30] instead of C51's [-10, 10] (the
+  paper's value, and the default): MinAtar's rewards are 0/1 like Atari's clipped ones, but
+  dense in SpaceInvaders, where the grid's run's mean Q neared the top atom (8.9 at 200k
+  frames, on a ≈100-step horizon at γ 0.99); mass beyond it is clipped onto it, and clipped
+  actions stop being ranked. 51 atoms either way (Δz 0.4 and 0.8).
 - ``ppo_envs``: PPO's 1,024-frame batch as 32 envs × 32 steps instead of 8 × 128 (the
   default; the grid's ``ppo`` rows): TorchRL's per-step collection cost is paid once per 32
   frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
@@ -115,6 +120,15 @@ STUDIES: dict[str, dict] = {
             # The MinAtar default since 2026-11-27 is the grid's reactor row (same command);
             # the paper's setting (§3.4.1), the default before, is the variant.
             "policy gradient stopped at the torso": ["--policy-torso-gradient", "false"],
+        },
+    },
+    "reactor_support": {
+        "algo": "reactor",
+        "baseline": "support [-10, 10] (C51's, the default)",
+        "variants": {
+            # MinAtar rewards are 0/1 and dense on SpaceInvaders: the grid's seed-1 run's mean
+            # Q was 8.9 at 200k frames, close to the top atom, where Q stops ranking actions.
+            "support [-10, 30]": ["--v-max", "30"],
         },
     },
     "ppo_envs": {
