@@ -741,7 +741,9 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
         batch_size=32,
         learning_rate=2.5e-4,
         learning_starts=5_000,
-        train_freq=1,
+        # One update per 4 frames: Nature DQN's and the QR-DQN paper's rate (dqn.py: one per
+        # frame, which sb3_dqn_paper keeps).
+        train_freq=4,
         gradient_steps=1,
         target_update_interval=1_000,
         tau=1.0,
@@ -753,14 +755,13 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
     if algo in ("sb3_dqn", "sb3_dqn_paper"):
         rmsprop = dict(alpha=0.95, momentum=0.95, eps=0.01, centered=True)
         policy |= {"optimizer_class": torch.optim.RMSprop, "optimizer_kwargs": rmsprop}
-        # One update per 4 frames (Nature DQN's rate); the MinAtar paper's dqn.py: one per frame.
-        train_freq = 1 if algo == "sb3_dqn_paper" else 4
-        return dqn | dict(train_freq=train_freq, max_grad_norm=math.inf, policy_kwargs=policy)
+        if algo == "sb3_dqn_paper":
+            dqn["train_freq"] = 1
+        return dqn | dict(max_grad_norm=math.inf, policy_kwargs=policy)
     if algo == "sb3_qrdqn":
         # 51 quantiles, Reactor's atom count (the paper's 200 cost 5.1x more per frame here).
         policy |= {"n_quantiles": 51, "optimizer_kwargs": {"eps": 0.01 / 32}}
-        # One update per 4 frames: the QR-DQN paper's rate (its DQN settings), not dqn.py's 1.
-        return dqn | dict(train_freq=4, max_grad_norm=None, policy_kwargs=policy)
+        return dqn | dict(max_grad_norm=None, policy_kwargs=policy)
     raise ValueError(f"unknown peer {algo!r}")
 
 
@@ -1390,7 +1391,7 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     """The whole ``minatar.md``."""
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     seeds = " ".join(map(str, args.seeds))
-    only = " --complete-only" if getattr(args, "complete_only", False) else ""
+    only = " --complete-only" if args.complete_only else ""
     peers = ", ".join(a for a in args.algos if a in PEERS)
     lines = [
         "# MinAtar: ac_extensions recipes vs Stable-Baselines3 peers",
