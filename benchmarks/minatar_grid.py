@@ -793,6 +793,7 @@ class PeerLog:
         self.frames = 0
         self.logged = -math.inf
         self.resumed_at: list[int] = []
+        self.saved_seconds: float | None = None
 
     def episode(self, episode_return: float) -> None:
         """Account for one finished episode."""
@@ -820,12 +821,17 @@ class PeerLog:
         self.write_summary(complete=False)
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the log (see :meth:`restore`)."""
+        """What a checkpoint keeps of the log (see :meth:`restore`).
+
+        Its clock is remembered as ``saved_seconds``, the seconds a stopped run's summary
+        reports.
+        """
+        self.saved_seconds = time.perf_counter() - self.start
         return {
             "window": list(self.window),
             "episodes": self.episodes,
             "frames": self.frames,
-            "seconds": time.perf_counter() - self.start,
+            "seconds": self.saved_seconds,
             "logged": None if self.logged == -math.inf else self.logged,
             "resumed_at": list(self.resumed_at),
         }
@@ -845,11 +851,12 @@ class PeerLog:
 
         truncate_logs(self.scalars, self.frames)
 
-    def write_summary(self, complete: bool) -> None:
-        """Rewrite ``summary.json`` (atomically)."""
+    def write_summary(self, complete: bool, seconds: float | None = None) -> None:
+        """Rewrite ``summary.json`` (atomically), with the clock now or at ``seconds``."""
         from ac_extensions.runtime import atomic_write_text
 
-        seconds = time.perf_counter() - self.start
+        if seconds is None:
+            seconds = time.perf_counter() - self.start
         summary = {
             "algorithm": self.algo,
             "env": self.env_id,
@@ -1007,8 +1014,11 @@ def learn_peer(model, log: PeerLog, checkpoint: PeerCheckpoint, frames: int, see
             )
     except PeerStopped as stop:
         print(f"{stop}; the same command resumes it", flush=True)
+        # The summary of a stopped run is its checkpoint's: frames and clock as saved (the
+        # seconds spent writing the checkpoint are not counted, as the resumed run's clock
+        # goes on from the saved one), so a resumed run's seconds never fall below it.
         log.frames = model.num_timesteps
-        log.write_summary(complete=False)
+        log.write_summary(complete=False, seconds=log.saved_seconds)
         return False
     finally:
         for sig, handler in previous.items():

@@ -752,6 +752,8 @@ def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
     at = bench.PeerCheckpoint(out).saved_frames()
     assert 5_000 <= at < budget  # (restoring updates, optimiser state: the test above)
     assert stopped["frames"] == at
+    saved = bench.PeerCheckpoint(out).checkpointer.load()["log"]["seconds"]
+    assert stopped["wall_seconds"] == round(saved, 3)  # the checkpoint's clock, not the stop's
     assert bench.action(bench.Run("Breakout", "sb3_dqn", 1), tmp_path, budget) == "resume"
     assert signal.getsignal(signal.SIGTERM) == before  # its handler is gone again
 
