@@ -97,7 +97,9 @@ jobs, that is about 2 h per Reactor run and under an hour for every other: ≈40
 the grid, so it is meant to be resumed across invocations. A checkpoint holds
 the replay and is not committed: a run stopped on one machine starts again on another.
 
-Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs:
+Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs, of the
+whole default grid plus the runs selected (a run of part of the grid keeps every other run's
+rows; ``--summary-only`` alone tabulates just the selection given):
 ``<results>/minatar.md`` and ``.json``: per game and algorithm the final mean return (median and
 min–max over seeds), frames and wall seconds until the 100-episode mean first reaches the best
 peer's final score (the highest median final return among the peers; median over seeds, a
@@ -124,7 +126,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +147,7 @@ PEERS = (*GRID_PEERS, "sb3_dqn_paper")
 """Every peer ``--algos`` accepts (``sb3_dqn_paper``: run by name only)."""
 GRID = OURS + GRID_PEERS
 ALGOS = OURS + PEERS
+DEFAULT_SEEDS = (1, 2, 3)
 WINDOW = 100
 """Finished episodes in the moving mean (the MinAtar paper's metric)."""
 CHECKPOINT_MINUTES = 5.0
@@ -206,6 +209,17 @@ class Run:
 def runs_root(results: Path) -> Path:
     """The folder of every run."""
     return Path(results) / "minatar" / "runs"
+
+
+def with_grid(selection: Sequence, grid: Sequence) -> list:
+    """``selection`` and then the names of ``grid`` it lacks, in ``grid``'s order.
+
+    A run of part of a grid (``--games Breakout --seeds 2``) still writes the summary of the
+    whole default grid plus its selection: the committed table keeps the rows of every other
+    run (``--summary-only`` alone takes its selection literally, to tabulate a part).
+    """
+    chosen = list(dict.fromkeys(selection))
+    return chosen + [name for name in grid if name not in chosen]
 
 
 def plan(games, algos, seeds) -> list[Run]:
@@ -1543,7 +1557,7 @@ def add_grid_arguments(
             frames, plus 10 minutes (:func:`prepare`).
         results: the default output root.
     """
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
     parser.add_argument("--frames", type=int, default=1_000_000, help=f"{unit} per run")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     parser.add_argument(
@@ -1559,7 +1573,10 @@ def add_grid_arguments(
         "--results", type=Path, default=results, help="output root (tables, plot, runs)"
     )
     parser.add_argument(
-        "--summary-only", action="store_true", help="only rewrite the summary from the runs"
+        "--summary-only",
+        action="store_true",
+        help="only rewrite the summary from the runs, of the selection given (a run of "
+        "part of the grid summarises the whole default grid plus its selection)",
     )
     parser.add_argument(
         "--deadline-minutes",
@@ -1642,6 +1659,10 @@ def main(argv: list[str] | None = None) -> int:
             needed.add("sb3_contrib")
         require(needed, "bench,minatar")
         failures = run_grid(run_order(args.games, args.algos, args.seeds), args)
+        # the summary of the whole grid, this selection's runs among them
+        args.games = [g for g in GAMES if g in with_grid(args.games, GAMES)]
+        args.algos = [a for a in ALGOS if a in with_grid(args.algos, GRID)]
+        args.seeds = sorted(with_grid(args.seeds, DEFAULT_SEEDS))
     summary = summarize(args.results, args.games, args.algos, args.seeds, args.complete_only)
     return report(summary, write_results(summary, args), failures)
 

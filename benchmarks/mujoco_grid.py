@@ -8,6 +8,9 @@ extra) × algorithms × seeds, every run to the same number of environment steps
     python benchmarks/mujoco_grid.py --tasks HalfCheetah --algos acer --seeds 1 --frames 100000
     python benchmarks/mujoco_grid.py --algos acer acer_paper sb3_ppo   # + the paper's settings
     python benchmarks/mujoco_grid.py --summary-only     # rewrite the table and plot from the runs
+
+A run of part of the grid writes the summary of the whole default grid plus its selection (the
+other runs' rows stay); ``--summary-only`` tabulates just the selection it is given.
     python benchmarks/mujoco_grid.py --speed            # training fps against collection alone
 
 (Not named ``mujoco.py``: a file of that name in this folder, ``sys.path[0]`` of every script
@@ -580,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
         peers = {"stable_baselines3"} if set(args.algos) & set(PEERS) else set()
         grid.require({"mujoco"} | peers, "bench,mujoco")
         failures = run_grid(plan(args.tasks, args.algos, args.seeds), args)
+        # the summary of the whole default grid, this selection's runs among them
+        args.tasks = [t for t in TASKS if t in grid.with_grid(args.tasks, TASKS)]
+        args.algos = [a for a in ALGOS if a in grid.with_grid(args.algos, DEFAULT_ALGOS)]
+        args.seeds = sorted(grid.with_grid(args.seeds, grid.DEFAULT_SEEDS))
     summary = summarize(args.results, args.tasks, args.algos, args.seeds)
     return grid.report(summary, write_results(summary, args), failures)
 

@@ -164,6 +164,33 @@ def test_complete_only_leaves_out_the_runs_under_way(bench, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
+    bench, tmp_path, monkeypatch
+):
+    make_grid(bench, tmp_path)  # Breakout: ppo, sb3_ppo, sb3_dqn
+    started = []
+    monkeypatch.setattr(bench, "require", lambda modules, extra: None)
+    monkeypatch.setattr(bench, "run_grid", lambda runs, args: started.extend(runs) or 0)
+    part = ["--results", str(tmp_path), "--frames", "3000", "--complete-only"]
+    part += ["--games", "Freeway", "--algos", "sb3_dqn_paper", "ppo", "--seeds", "4"]
+    assert bench.main(part) == 0
+    assert started == [bench.Run("Freeway", "sb3_dqn_paper", 4), bench.Run("Freeway", "ppo", 4)]
+    md = (tmp_path / "minatar.md").read_text()
+    grid = " ".join(bench.GRID)  # the whole grid, in its order, and the selection's extra peer
+    games = " ".join(bench.GAMES)
+    assert f"--games {games} --algos {grid} sb3_dqn_paper --seeds 1 2 3 4 --frames 3000" in md
+    assert "Runs present: 7 of 180 planned (7 complete)" in md  # 5 games x 9 algos x 4 seeds
+    assert "| sb3_dqn | 3/4 | 5.00 | 4.00–6.00 |" in md
+    assert "| ppo | 2/4 | 6.50 |" in md
+
+    # --summary-only tabulates the selection it is given, literally
+    assert bench.main([*part, "--summary-only"]) == 0
+    md = (tmp_path / "minatar.md").read_text()
+    assert "--games Freeway --algos sb3_dqn_paper ppo --seeds 4 --frames 3000" in md
+    assert "Runs present: 0 of 2 planned" in md and "sb3_dqn |" not in md
+
+
+@pytest.mark.timeout(60)
 def test_off_policy_learners_against_our_ppo(bench, tmp_path):
     make_grid(bench, tmp_path)
 
@@ -560,7 +587,9 @@ def test_tiny_real_grid(bench, tmp_path):
         assert summary["final_mean_return"] is not None
         assert (run / "logs" / algo / "scalars" / "train" / "return_window.csv").is_file()
     data = json.loads((tmp_path / "minatar.json").read_text())
-    assert (data["planned"], data["present"], data["complete"]) == (2, 2, 2)
+    # the summary of the whole grid, the two runs of this one present in it
+    assert (data["planned"], data["present"], data["complete"]) == (120, 2, 2)
+    assert data["grid"]["games"] == list(bench.GAMES) and data["grid"]["seeds"] == [1, 2, 3]
 
 
 def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):

@@ -145,6 +145,22 @@ def test_the_grid_runs_its_own_cells_through_the_shared_runner(bench, tmp_path, 
     assert sorted(map(str, started)) == sorted(["Hopper-v5", str(["sb3_ppo", "Hopper"])])
 
 
+def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
+    bench, tmp_path, monkeypatch
+):
+    cheetah = bench.Run("HalfCheetah", "sb3_ppo", 2)
+    fake_run(cheetah.directory(tmp_path), "sb3_ppo", 2, final=4.0, curve=[(3000, 4.0, 100, 1.0)])
+    started = []
+    monkeypatch.setattr(bench.grid, "require", lambda modules, extra: None)
+    monkeypatch.setattr(bench, "run_grid", lambda runs, args: started.extend(runs) or 0)
+    part = ["--results", str(tmp_path), "--frames", "3000"]
+    assert bench.main([*part, "--tasks", "Hopper", "--algos", "acer_paper", "--seeds", "1"]) == 0
+    assert started == [bench.Run("Hopper", "acer_paper", 1)]
+    text = (tmp_path / "mujoco.md").read_text()
+    assert "**Runs present: 1 of 27 planned (1 complete)" in text  # 3 tasks x 3 algos x 3 seeds
+    assert "| sb3_ppo | 1/3 | 4 |" in text  # HalfCheetah's run, outside the selection
+
+
 @pytest.mark.timeout(180)
 def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_path):
     pytest.importorskip("stable_baselines3")
