@@ -126,7 +126,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,15 +211,23 @@ def runs_root(results: Path) -> Path:
     return Path(results) / "minatar" / "runs"
 
 
-def with_grid(selection: Sequence, grid: Sequence) -> list:
-    """``selection`` and then the names of ``grid`` it lacks, in ``grid``'s order.
+def widen_to_grid(args: argparse.Namespace, field: str, names, default_algos, algos) -> None:
+    """Widen the selection of ``args`` to the whole default grid plus the selection.
 
     A run of part of a grid (``--games Breakout --seeds 2``) still writes the summary of the
-    whole default grid plus its selection: the committed table keeps the rows of every other
-    run (``--summary-only`` alone takes its selection literally, to tabulate a part).
+    whole grid, so the committed table keeps the rows of every other run (``--summary-only``
+    alone takes its selection literally, to tabulate a part).
+
+    Args:
+        args: the parsed options; ``args.<field>``, ``args.algos`` and ``args.seeds`` change.
+        field: the option naming the environments (``"games"``, ``"tasks"``).
+        names: every environment of the grid, in the summary's order.
+        default_algos: the algorithms of the default grid.
+        algos: every algorithm the grid knows, in the summary's order.
     """
-    chosen = list(dict.fromkeys(selection))
-    return chosen + [name for name in grid if name not in chosen]
+    setattr(args, field, list(names))
+    args.algos = [a for a in algos if a in args.algos or a in default_algos]
+    args.seeds = sorted({*args.seeds, *DEFAULT_SEEDS})
 
 
 def plan(games, algos, seeds) -> list[Run]:
@@ -1659,10 +1667,7 @@ def main(argv: list[str] | None = None) -> int:
             needed.add("sb3_contrib")
         require(needed, "bench,minatar")
         failures = run_grid(run_order(args.games, args.algos, args.seeds), args)
-        # the summary of the whole grid, this selection's runs among them
-        args.games = [g for g in GAMES if g in with_grid(args.games, GAMES)]
-        args.algos = [a for a in ALGOS if a in with_grid(args.algos, GRID)]
-        args.seeds = sorted(with_grid(args.seeds, DEFAULT_SEEDS))
+        widen_to_grid(args, "games", GAMES, GRID, ALGOS)
     summary = summarize(args.results, args.games, args.algos, args.seeds, args.complete_only)
     return report(summary, write_results(summary, args), failures)
 

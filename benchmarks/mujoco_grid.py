@@ -583,10 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         peers = {"stable_baselines3"} if set(args.algos) & set(PEERS) else set()
         grid.require({"mujoco"} | peers, "bench,mujoco")
         failures = run_grid(plan(args.tasks, args.algos, args.seeds), args)
-        # the summary of the whole default grid, this selection's runs among them
-        args.tasks = [t for t in TASKS if t in grid.with_grid(args.tasks, TASKS)]
-        args.algos = [a for a in ALGOS if a in grid.with_grid(args.algos, DEFAULT_ALGOS)]
-        args.seeds = sorted(grid.with_grid(args.seeds, grid.DEFAULT_SEEDS))
+        grid.widen_to_grid(args, "tasks", TASKS, DEFAULT_ALGOS, ALGOS)
     summary = summarize(args.results, args.tasks, args.algos, args.seeds)
     return grid.report(summary, write_results(summary, args), failures)
 
