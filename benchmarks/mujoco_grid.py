@@ -8,10 +8,10 @@ extra) × algorithms × seeds, every run to the same number of environment steps
     python benchmarks/mujoco_grid.py --tasks HalfCheetah --algos acer --seeds 1 --frames 100000
     python benchmarks/mujoco_grid.py --algos acer acer_paper sb3_ppo   # + the paper's settings
     python benchmarks/mujoco_grid.py --summary-only     # rewrite the table and plot from the runs
+    python benchmarks/mujoco_grid.py --speed            # training fps against collection alone
 
 A run of part of the grid writes the summary of the whole default grid plus its selection (the
 other runs' rows stay); ``--summary-only`` tabulates just the selection it is given.
-    python benchmarks/mujoco_grid.py --speed            # training fps against collection alone
 
 (Not named ``mujoco.py``: a file of that name in this folder, ``sys.path[0]`` of every script
 here, would shadow the ``mujoco`` package that gymnasium imports to build these tasks.)
