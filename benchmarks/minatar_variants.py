@@ -8,6 +8,7 @@ budget, through the CLI exactly as ``minatar_grid.py`` runs ours::
     python benchmarks/minatar_variants.py --study reactor_acting --games Breakout --frames 100000
     python benchmarks/minatar_variants.py --study ppo_epochs --games Asterix Breakout SpaceInvaders
     python benchmarks/minatar_variants.py --study reactor_entropy --games Freeway --seeds 1
+    python benchmarks/minatar_variants.py --study acer_lr --games Asterix Seaquest --seeds 1
     python benchmarks/minatar_variants.py --summary-only
 
 Studies (:data:`STUDIES`):
@@ -42,6 +43,9 @@ Studies (:data:`STUDIES`):
   frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
   32 steps; with and without ``--async-collection true`` (the batch collected by the policy
   of one update earlier).
+- ``acer_lr``: ACER's Adam step size at 1e-4 and 5e-4 around the MinAtar default 2.5e-4 (the
+  MinAtar DQN's, taken over untested; the grid's ``acer`` rows). The games to screen first are
+  the two where the QR-DQN peer beats ACER, Asterix and Seaquest.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -145,6 +149,15 @@ STUDIES: dict[str, dict] = {
                 "--async-collection",
                 "true",
             ],
+        },
+    },
+    "acer_lr": {
+        "algo": "acer",
+        "baseline": "lr 2.5e-4 (default)",
+        "variants": {
+            # The default (the MinAtar DQN's step size) is the grid's acer row (same command).
+            "lr 1e-4": ["--lr", "1e-4"],
+            "lr 5e-4": ["--lr", "5e-4"],
         },
     },
 }
