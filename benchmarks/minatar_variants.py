@@ -9,6 +9,7 @@ budget, through the CLI exactly as ``minatar_grid.py`` runs ours::
     python benchmarks/minatar_variants.py --study ppo_epochs --games Asterix Breakout SpaceInvaders
     python benchmarks/minatar_variants.py --study reactor_entropy --games Freeway --seeds 1
     python benchmarks/minatar_variants.py --study acer_lr --games Asterix Seaquest --seeds 1
+    python benchmarks/minatar_variants.py --study acer_lr --variants "lr 5e-4" --seeds 2 3
     python benchmarks/minatar_variants.py --summary-only
 
 Studies (:data:`STUDIES`):
@@ -205,7 +206,7 @@ def command(study: str, variant: str, game: str, seed: int, frames: int, out: Pa
 def run_all(args: argparse.Namespace) -> int:
     """Run every missing run of the study, ``args.jobs`` at a time; return the failures."""
     todo = []
-    for variant in STUDIES[args.study]["variants"]:
+    for variant in args.variants or STUDIES[args.study]["variants"]:
         for game in args.games:
             for seed in args.seeds:
                 out = run_dir(args.results, args.study, variant, game, seed)
@@ -361,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", choices=list(STUDIES))
     parser.add_argument("--games", nargs="+", default=["Breakout"], choices=GAMES)
+    parser.add_argument(
+        "--variants", nargs="+", default=None, help="only these of the study's variants (names)"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--frames", type=int, default=1_000_000)
     parser.add_argument("--jobs", type=int, default=2)
@@ -374,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summary_only:
         if args.study is None:
             parser.error("--study is required unless --summary-only")
+        unknown = [v for v in args.variants or [] if v not in STUDIES[args.study]["variants"]]
+        if unknown:
+            known = ", ".join(repr(v) for v in STUDIES[args.study]["variants"])
+            parser.error(f"--variants {unknown} not in study {args.study!r}: {known}")
         failures = run_all(args)
     found = summarize(args.results)
     write_markdown(args.results / "minatar_variants.md", markdown(found))

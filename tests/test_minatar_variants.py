@@ -54,6 +54,36 @@ def test_commands_skip_and_resume(bench, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(60)
+def test_variants_limits_the_runs_to_the_named_variants(bench, tmp_path, monkeypatch):
+    calls = []
+    ok = {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 1.0}}
+    monkeypatch.setattr(
+        sys.modules["minatar_grid"], "run_process", lambda c, d, t: calls.append(d) or ok
+    )
+    argv = [
+        "--study",
+        "acer_lr",
+        "--variants",
+        "lr 5e-4",
+        "--games",
+        "Asterix",
+        "--seeds",
+        "2",
+        "3",
+    ]
+    assert bench.main([*argv, "--jobs", "1", "--frames", "3000", "--results", str(tmp_path)]) == 0
+    expected = [bench.run_dir(tmp_path, "acer_lr", "lr 5e-4", "Asterix", s) for s in (2, 3)]
+    assert sorted(calls) == expected
+
+
+def test_an_unknown_variant_is_refused_naming_the_known_ones(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--study", "acer_lr", "--variants", "lr 3e-4", "--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "'lr 3e-4'" in err and "'lr 1e-4', 'lr 5e-4'" in err
+
+
+@pytest.mark.timeout(60)
 def test_a_run_finished_elsewhere_after_planning_is_not_run_again(bench, tmp_path, monkeypatch):
     grid = sys.modules["minatar_grid"]
     out = bench.run_dir(tmp_path, "ppo_torso", "shared torso", "Breakout", 1)
