@@ -10,8 +10,10 @@ replace the class defaults, and ``overrides`` (the fields a user set) replace bo
 what measured them: every recipe's MinAtar values ran the MinAtar grid
 (``benchmarks/minatar_grid.py``, ``benchmarks/results/minatar.md``: five games, seeds 1–3,
 1M frames) and some were chosen against alternatives there (PPO's layout, shared torso and
-epochs; Reactor's torso gradient and support; ``benchmarks/results/minatar_variants.md``);
-the Atari values have not been measured with these recipes.
+epochs; Reactor's torso gradient and support; ACER's step size, where 5e-4 measured better
+than the default and is a named setting until the grid reruns ACER with it;
+``benchmarks/results/minatar_variants.md``); the Atari values have not been measured with
+these recipes.
 """
 
 from __future__ import annotations
