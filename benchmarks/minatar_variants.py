@@ -378,10 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summary_only:
         if args.study is None:
             parser.error("--study is required unless --summary-only")
-        unknown = [v for v in args.variants or [] if v not in STUDIES[args.study]["variants"]]
+        known = STUDIES[args.study]["variants"]
+        unknown = [v for v in args.variants or [] if v not in known]
         if unknown:
-            known = ", ".join(repr(v) for v in STUDIES[args.study]["variants"])
-            parser.error(f"--variants {unknown} not in study {args.study!r}: {known}")
+            names = ", ".join(repr(v) for v in known)
+            parser.error(f"--variants {unknown} not in study {args.study!r}: {names}")
         failures = run_all(args)
     found = summarize(args.results)
     write_markdown(args.results / "minatar_variants.md", markdown(found))

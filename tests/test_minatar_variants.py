@@ -60,18 +60,9 @@ def test_variants_limits_the_runs_to_the_named_variants(bench, tmp_path, monkeyp
     monkeypatch.setattr(
         sys.modules["minatar_grid"], "run_process", lambda c, d, t: calls.append(d) or ok
     )
-    argv = [
-        "--study",
-        "acer_lr",
-        "--variants",
-        "lr 5e-4",
-        "--games",
-        "Asterix",
-        "--seeds",
-        "2",
-        "3",
-    ]
-    assert bench.main([*argv, "--jobs", "1", "--frames", "3000", "--results", str(tmp_path)]) == 0
+    argv = ["--study", "acer_lr", "--variants", "lr 5e-4", "--games", "Asterix"]
+    argv += ["--seeds", "2", "3", "--jobs", "1", "--frames", "3000", "--results", str(tmp_path)]
+    assert bench.main(argv) == 0
     expected = [bench.run_dir(tmp_path, "acer_lr", "lr 5e-4", "Asterix", s) for s in (2, 3)]
     assert sorted(calls) == expected
 
