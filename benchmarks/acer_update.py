@@ -8,14 +8,8 @@ paper's Algorithm 2 one time step at a time (vectorised over the batch only). Be
 the script checks that both give the same gradients. Reports the median sequences per second
 over repeats and the ratio; writes ``benchmarks/results/acer_update.{md,json}``.
 
-    python benchmarks/acer_update.py              # both networks, and the two paths
+    python benchmarks/acer_update.py              # both networks
     python benchmarks/acer_update.py --only mlp   # CartPole MLP only (fast)
-
-A second table times :class:`~ac_extensions.objectives.ACERLoss`'s fast path (plain tensors)
-against its general path (TensorDict wrappers, ``fast_path=False``) on the ACER recipe's
-networks (CartPole: a ``ProbabilisticActor`` and a separate Q network, 2×64 tanh each, or one
-2×64 torso with policy and Q heads, ``share_torso=True``; MinAtar Breakout's policy-plus-Q
-network), same run, after checking that both paths give the same gradients.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _acer_naive import naive_acer_loss
 from _results import write_markdown
 
-from ac_extensions.modules import make_acer_actor, make_actor_critic, make_qvalue
+from ac_extensions.modules import make_acer_actor
 from ac_extensions.objectives import ACERLoss
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -181,74 +175,9 @@ def run(kind: str, repeats: int, batch: int, steps: int) -> dict:
     }
 
 
-def _layouts(batch: int, steps: int) -> dict[str, tuple]:
-    """Name → (actor, Q network or None, batch): the recipe's networks, by layout.
-
-    CartPole (2×64 tanh, ``batch`` sequences): separate policy and Q networks (``ACERConfig()``)
-    or one torso with both heads (``share_torso=True``); MinAtar Breakout's policy-plus-Q
-    network (the MinAtar CNN torso, 4×10×10 binary channels, 3 actions) on its family's batch
-    of 16 sequences.
-    """
-    torch.manual_seed(0)
-    actor, _ = make_actor_critic(4, 2, hidden_sizes=(64, 64))
-    qvalue = make_qvalue(4, 2, hidden_sizes=(64, 64))
-    cartpole = make_batch(batch, steps, (4,), 2, seed=1)
-    minatar = make_acer_actor((4, 10, 10), 3, torso="minatar")
-    return {
-        "CartPole, separate": (actor, qvalue, cartpole),
-        "CartPole, shared torso": (make_acer_actor(4, 2, hidden_sizes=(64, 64)), None, cartpole),
-        "MinAtar Breakout": (minatar, None, make_batch(16, steps, (4, 10, 10), 3, 1, True)),
-    }
-
-
-def run_paths(calls: int, batch: int, steps: int) -> dict:
-    """Fast path against general path on the recipe's networks, calls alternating."""
-    losses, worst, batches = {}, 0.0, {}
-    for layout, (actor, qvalue, td) in _layouts(batch, steps).items():
-        fast = ACERLoss(actor, qvalue, gamma=GAMMA, entropy_coeff=ENTROPY)
-        general = ACERLoss(actor, qvalue, gamma=GAMMA, entropy_coeff=ENTROPY, fast_path=False)
-        with torch.no_grad():  # the average policy away from the current one (both losses)
-            for p in fast.target_actor_network_params.values(True, True):
-                p.add_(0.05 * torch.randn_like(p))
-        general.target_actor_network_params.update(fast.target_actor_network_params.clone())
-        assert fast.fast_path_blocker(td) is None, layout
-        grads = []
-        for loss in (fast, general):
-            out = loss(td.clone())
-            total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-            grads.append(torch.autograd.grad(total, list(loss.parameters())))
-        for a, b in zip(*grads, strict=True):
-            torch.testing.assert_close(a, b)
-            worst = max(worst, float((a - b).abs().max()))
-        losses[(layout, "fast")], losses[(layout, "general")] = fast, general
-        batches[layout] = td
-    times: dict[tuple, list[float]] = {name: [] for name in losses}
-    for call in range(20 + calls):  # alternating call by call: load changes hit all alike
-        for (layout, path), loss in losses.items():
-            start = time.perf_counter()
-            ours_step(loss, batches[layout])
-            if call >= 20:  # after a warm-up
-                times[(layout, path)].append(time.perf_counter() - start)
-    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
-    return {
-        "rows": [
-            {
-                "layout": layout,
-                "batch": list(batches[layout].batch_size),
-                "path": path,
-                "ms": value,
-                "speedup": ms[(layout, "general")] / value,
-            }
-            for (layout, path), value in ms.items()
-        ],
-        "max_abs_grad_difference": worst,
-        "calls": calls,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["mlp", "cnn", "paths"], default=None)
+    parser.add_argument("--only", choices=["mlp", "cnn"], default=None)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
@@ -256,11 +185,6 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     kinds = [args.only] if args.only else ["mlp", "cnn"]
     rows = []
-    paths = None
-    if args.only in (None, "paths"):
-        paths = run_paths(400, 32, 20)
-        print(json.dumps(paths), flush=True)
-        kinds = [] if args.only else kinds
     for kind in kinds:
         row = run(kind, args.repeats, 32, 20)
         rows.append(row)
@@ -283,33 +207,12 @@ def main() -> None:
             f"{r['ours_sequences_per_s']:,.0f} | {r['naive_sequences_per_s']:,.0f} | "
             f"{r['speedup']:.2f}× | {r['max_abs_grad_difference']:.1e} |"
         )
-    if paths is not None:
-        lines += [
-            "",
-            "Fast path (plain tensors) vs general path (TensorDict wrappers, "
-            "`fast_path=False`) of `ACERLoss` on the ACER recipe's networks: CartPole-v1's "
-            "(2×64 tanh) as a `ProbabilisticActor` and a separate Q network (`ACERConfig()`) "
-            "or one torso with policy and Q heads (`make_acer_actor`, "
-            "`ACERConfig(share_torso=True)`), and MinAtar Breakout's policy-plus-Q network "
-            "(MinAtar CNN torso). Loss + backward, all six alternating call by call, median "
-            f"of {paths['calls']} calls each:",
-            "",
-            "| network | batch | path | ms per update | speed-up vs its general path |",
-            "|---|---|---|---|---|",
-            *(
-                f"| {r['layout']} | {r['batch']} | {r['path']} | {r['ms']:.2f} | "
-                f"{r['speedup']:.2f}× |"
-                for r in paths["rows"]
-            ),
-            "",
-            f"Max abs gradient difference: {paths['max_abs_grad_difference']:.1e}.",
-        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.only:
         RESULTS.mkdir(exist_ok=True)
         write_markdown((RESULTS / "acer_update.md"), text)
-        payload = {"networks": rows, "paths": paths}
+        payload = {"networks": rows}
         (RESULTS / "acer_update.json").write_text(json.dumps(payload, indent=1) + "\n")
 
 

@@ -8,7 +8,6 @@ writing priorities back plus the target-network step. Then ``torch.profiler`` ov
 steps for the heaviest ops and cProfile for the heaviest Python functions.
 
     python benchmarks/profile_learner.py --label after
-    python benchmarks/profile_learner.py --label general_path --general-path  # fast_path=False
     PYTHONPATH=/path/to/older/checkout python benchmarks/profile_learner.py --label before
     python benchmarks/profile_learner.py --label compile --compile static  # torch.compile
     python benchmarks/profile_learner.py --label cuda --env MinAtar/Breakout-v1 --device cuda
@@ -69,8 +68,8 @@ def fill(config, loss, replay, frames: int) -> None:
 def compile_networks(loss, mode: str) -> int:
     """``torch.compile`` every plain network module inside the loss's TensorDict wrappers.
 
-    Compiles in place (``nn.Module.compile``), so the fast path's direct calls and the
-    wrappers both run the compiled module. Returns how many modules were compiled.
+    Compiles in place (``nn.Module.compile``), so the wrappers run the compiled module.
+    Returns how many modules were compiled.
     """
     from tensordict.nn import TensorDictModule, TensorDictModuleBase
 
@@ -146,11 +145,6 @@ def main(argv: list[str] | None = None) -> None:
         help="frames in the replay before timing (a long run's is full: replay_capacity)",
     )
     parser.add_argument(
-        "--general-path",
-        action="store_true",
-        help="ReactorLoss(fast_path=False): the networks through their TensorDict wrappers",
-    )
-    parser.add_argument(
         "--compile",
         choices=("off", "static", "dynamic", "reduce-overhead"),
         default="off",
@@ -172,8 +166,6 @@ def main(argv: list[str] | None = None) -> None:
 
     config = ReactorConfig.for_env(args.env, seed=1, device=args.device)
     _, loss, optimizer, target = build(config)
-    if args.general_path:
-        loss.fast_path = False
     replay = make_replay(config)
     # The workers' actor lives on the CPU (as in the recipe's collectors): a CUDA learner
     # fills the replay through a CPU copy of its loss.
@@ -220,10 +212,6 @@ def main(argv: list[str] | None = None) -> None:
         "source": str(Path(ac_extensions.__file__).parent),
         "device": config.device,
         "clock": "wall, synchronised" if config.device.startswith("cuda") else "process CPU",
-        "fast_path": loss.fast_path_blocker(
-            replay.sample().reshape(-1, config.sequence_length).to(config.device)
-        )
-        or "taken",
         "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s)",
         "steps": args.steps,
         "repeats": args.repeats,

@@ -42,7 +42,6 @@ QUICK_FRAMES = {"a2c": 60_000, "ppo": 40_960, "acer": 30_000, "reactor": 30_000}
 MICRO = (
     ["functional_ops.py"],
     ["acer_update.py"],
-    ["ppo_update.py"],
     ["collection.py"],
     ["sequence_sampler.py"],
 )

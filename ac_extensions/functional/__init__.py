@@ -21,9 +21,8 @@ Index:
   :func:`distributional_retrace_targets`, :func:`total_variation`.
 - :mod:`.acer`: discrete ACER on plain tensors, :func:`categorical_q_retrace` (Q^ret from π and
   Q) and :func:`categorical_acer_losses` (critic, Eq. 9 policy gradient, entropy, trust region).
-- :mod:`.ppo`: :func:`categorical_ppo_losses` (clipped PPO on plain tensors),
-  :func:`categorical_ppo_backward` (the same with its gradient derived by hand),
-  :func:`standardize_advantage`.
+- :mod:`.ppo`: :func:`standardize_advantage`, :func:`ratio_diagnostics`,
+  :func:`explained_variance` (the on-policy losses' statistics).
 """
 
 from __future__ import annotations
@@ -51,8 +50,8 @@ from ac_extensions.functional.policy_gradients import (
     truncated_is_policy_loss,
 )
 from ac_extensions.functional.ppo import (
-    categorical_ppo_backward,
-    categorical_ppo_losses,
+    explained_variance,
+    ratio_diagnostics,
     standardize_advantage,
 )
 from ac_extensions.functional.trust_region import (
@@ -69,15 +68,15 @@ __all__ = [
     "bias_correction_loss",
     "categorical_acer_losses",
     "categorical_kl_gradient",
-    "categorical_ppo_backward",
-    "categorical_ppo_losses",
     "categorical_projection",
     "categorical_q_retrace",
     "continuous_acer_trace",
     "distributional_retrace_targets",
+    "explained_variance",
     "importance_ratio",
     "normal_kl_gradient",
     "opc_trace",
+    "ratio_diagnostics",
     "retrace_targets",
     "retrace_trace",
     "sampled_bias_correction_loss",

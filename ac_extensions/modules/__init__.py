@@ -10,7 +10,6 @@ from ac_extensions.modules.actor_critic import (
     make_qvalue,
     recurrent_env_transforms,
 )
-from ac_extensions.modules.backprop import MLPBackprop
 from ac_extensions.modules.dueling import (
     FixedNormalScale,
     StochasticDuelingNetwork,
@@ -32,7 +31,6 @@ __all__ = [
     "FixedNormalScale",
     "FlatAdam",
     "FlatParameters",
-    "MLPBackprop",
     "MinAtarCNN",
     "NatureCNN",
     "ObservationNormalizer",

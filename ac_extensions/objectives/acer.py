@@ -14,18 +14,11 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import (
-    FastPathMixin,
-    PlainActorCritic,
-    joint_values,
-    plain_actor_critic,
-)
 from ac_extensions.objectives._replay import (
     assemble_next,
     burn_in,
     check_sequence_batch,
     cut_traces_at_padding,
-    fresh_next_steps,
     is_recurrent,
     joint_inputs,
     next_step_outputs,
@@ -37,7 +30,7 @@ from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
 
-class ACERLoss(FastPathMixin, LossModule):
+class ACERLoss(LossModule):
     """ACER: Retrace critic, truncated IS with bias correction, efficient trust region.
 
     Input: sequences ``[B, T]`` (or ``[T]``), fresh or replayed, holding ``observation``,
@@ -80,21 +73,6 @@ class ACERLoss(FastPathMixin, LossModule):
     hidden state stored at its first step; the values of the next states are computed step by
     step from the hidden states stored under ``("next", ...)`` at collection.
 
-    Fast path (:attr:`fast_path`, on by default): with feed-forward networks made of plain
-    TensorDict wrappers (``TensorDictModule`` / ``ValueOperator`` over ``nn.Module``s, each
-    reading and writing any entries, alone, in an exact ``TensorDictSequential`` or inside a
-    ``ProbabilisticActor``), either a separate Q network or a policy-plus-Q actor writing
-    ``logits`` and ``action_value`` (:func:`~ac_extensions.modules.make_acer_actor`), every
-    input of theirs a tensor at x_t and under ``("next", ...)``, no forward hooks on the
-    wrappers, the loss's parameters being the networks' own and the
-    default :class:`~ac_extensions.objectives.value.RetraceEstimator`, the networks run on
-    plain tensors (the average policy through
-    ``torch.func.functional_call``) and Q^ret comes from
-    :func:`~ac_extensions.functional.categorical_q_retrace` directly: the same outputs and
-    gradients without the TensorDict plumbing, which costs more than the arithmetic of small
-    networks on CPU (``benchmarks/results/acer_update.md``). :meth:`fast_path_blocker` says
-    why an input does not take it. Everything else runs the general path.
-
     Args:
         actor_network: module writing the policy logits (``logits``) from the observation; a
             TorchRL ``ProbabilisticActor`` works (its distribution parameters are used).
@@ -109,8 +87,6 @@ class ACERLoss(FastPathMixin, LossModule):
             warm the memory up from the stored state, without gradient, and are left out of
             every loss term (Kapturowski et al., 2019, R2D2 §3; see
             ``objectives._replay.burn_in``); the losses see T − ``burn_in`` steps.
-        fast_path: take the fast path where it applies (above); ``False`` always runs the
-            networks through their TensorDict wrappers. Also the attribute :attr:`fast_path`.
 
     Example:
         >>> import torch
@@ -167,11 +143,8 @@ class ACERLoss(FastPathMixin, LossModule):
         entropy_coeff: float = 0.01,
         critic_coeff: float = 0.5,
         burn_in: int = 0,
-        fast_path: bool = True,
     ) -> None:
         super().__init__()
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
         if truncation_threshold <= 0 or trust_region_delta < 0:
             raise ValueError(
                 f"truncation_threshold must be > 0 and trust_region_delta >= 0, got "
@@ -200,7 +173,6 @@ class ACERLoss(FastPathMixin, LossModule):
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
         self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)))
         self.reduction = "mean"
-        self.fast_path = fast_path
 
     @property
     def in_keys(self) -> list:
@@ -232,6 +204,20 @@ class ACERLoss(FastPathMixin, LossModule):
             "q_ret_mean",
         ]
 
+    @property
+    def gamma(self) -> float:
+        """Discount γ; setting it also sets the value estimator's, so it takes effect at once."""
+        return self._gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], got {value}")
+        self._gamma = float(value)
+        estimator = self._modules.get("_value_estimator")
+        if estimator is not None:
+            estimator.gamma.fill_(self._gamma)
+
     def make_value_estimator(self, value_type=None, **hyperparams):
         """Build the critic's target estimator; ``"retrace"`` (the default) with λ = 1 is Q^ret.
 
@@ -256,6 +242,7 @@ class ACERLoss(FastPathMixin, LossModule):
             },
             **hyperparams,
         )
+        self._gamma = float(self._value_estimator.gamma)  # the estimator's γ is the loss's
         return self
 
     def _forward_value_estimator_keys(self, **kwargs) -> None:
@@ -448,40 +435,6 @@ class ACERLoss(FastPathMixin, LossModule):
         )
         return estimator(estimate).get(estimator.tensor_keys.value_target)
 
-    # ------------------------------------------------------------------ fast path
-    def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
-        """The plain networks and their inputs for the fast path, or why it does not apply."""
-        if self._recurrent:
-            return "the networks are recurrent"
-        for name in ("_run_actor", "_actor_outputs", "_policy_and_q", "_outputs", "_q_ret"):
-            if getattr(type(self), name) is not getattr(ACERLoss, name):
-                return f"a subclass overrides {name}"
-        if type(self.value_estimator) is not RetraceEstimator:
-            return "the value estimator is not the default RetraceEstimator"
-        networks = self._plain_networks()
-        if isinstance(networks, str):
-            return networks
-        pairs = networks.input_pairs(tensordict)
-        if isinstance(pairs, str):
-            return pairs
-        # The average policy's parameters, by each step's own names.
-        average = networks.actor.parameters_by_step(self.target_actor_network_params)
-        done = tensordict.get(("next", self.tensor_keys.done))
-        return _FastPlan(networks, pairs, done, average)
-
-    def _plain_networks(self) -> PlainActorCritic | str:
-        """The fast path's networks, or why they do not qualify."""
-        keys = self.tensor_keys
-        return plain_actor_critic(
-            self.actor_network,
-            None if self._shared_head else self.qvalue_network,
-            keys.logits,
-            keys.action_value,
-            self.actor_network_params,
-            None if self._shared_head else self.qvalue_network_params,
-            critic_name="Q network",
-        )
-
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the ACER losses for a batch of sequences."""
@@ -496,13 +449,7 @@ class ACERLoss(FastPathMixin, LossModule):
         mask = valid_mask(self, tensordict)  # [*B, T] or None
         tensordict = cut_traces_at_padding(tensordict, mask, keys.done)
 
-        plan = self._fast_plan(tensordict) if self.fast_path else None
-        if isinstance(plan, _FastPlan):
-            logits, q, average_logits, next_logits, next_q = _fast_outputs(
-                plan, tensordict.batch_size, self._mismatched_actions
-            )
-        else:
-            logits, q, average_logits, next_logits, next_q = self._outputs(tensordict)
+        logits, q, average_logits, next_logits, next_q = self._outputs(tensordict)
         q_ret = self._q_ret(tensordict, action, behavior_log_probs, logits, q, next_logits, next_q)
         out = F.categorical_acer_losses(
             logits,
@@ -518,34 +465,3 @@ class ACERLoss(FastPathMixin, LossModule):
             mask=mask,
         )
         return TensorDict(out, batch_size=[])
-
-
-@dataclass
-class _FastPlan:
-    """One call's fast path: the plain networks, their inputs and the average parameters."""
-
-    networks: PlainActorCritic  # logits [N, A] and Q [N, A] from the inputs [N, ...]
-    pairs: dict[NestedKey, tuple[Tensor, Tensor]]  # input: (at x_t, at x_{t+1}), [*B, T, ...]
-    done: Tensor  # ("next", done) after the padding cut                   [*B, T, 1]
-    average: list[dict[str, Tensor]]  # per actor step, its averaged parameters by its names
-
-
-def _fast_outputs(plan: _FastPlan, batch: torch.Size, mismatched) -> tuple[Tensor, ...]:
-    """:meth:`ACERLoss._outputs` on plain tensors (same outputs, same order).
-
-    ``mismatched(logits, q, batch)`` raises for outputs with different action counts.
-    """
-    fresh = fresh_next_steps(plan.done, plan.pairs.values())  # x_{t+1} needing a pass [*B, T]
-    # One pass over x_t and the fresh x_{t+1}: [B·T + n, ...].
-    joint_logits, joint_q = plan.networks.online(joint_values(plan.pairs, fresh, batch))
-    if joint_logits.shape != joint_q.shape:
-        mismatched(joint_logits, joint_q, batch)
-    (logits, fresh_logits), (q, fresh_q) = (
-        split_joint(joint_logits, batch),
-        split_joint(joint_q, batch),
-    )
-    with torch.no_grad():
-        now = {key: value.flatten(0, len(batch) - 1) for key, (value, _) in plan.pairs.items()}
-        average_logits = plan.networks.logits(now, plan.average).unflatten(0, batch)
-        next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)
-    return logits, q, average_logits, next_logits, next_q

@@ -14,17 +14,10 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.objectives._plain import (
-    FastPathMixin,
-    PlainActorCritic,
-    joint_values,
-    plain_actor_critic,
-)
 from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
     cut_traces_at_padding,
-    fresh_next_steps,
     is_recurrent,
     joint_inputs,
     masked_mean,
@@ -55,7 +48,7 @@ class _Terms:
     chosen_distribution: Tensor | None  # q(x_t, a_t, ·), online, detached [*B, T, N]; ND: None
 
 
-class ReactorLoss(FastPathMixin, LossModule):
+class ReactorLoss(LossModule):
     """Reactor: distributional Retrace critic with a target network and β-LOO policy gradient.
 
     Input: replayed sequences ``[B, T]`` (or one sequence ``[T]``) holding the network inputs
@@ -146,16 +139,6 @@ class ReactorLoss(FastPathMixin, LossModule):
     behaviour before; cheaper, but stale by as many updates as the data is old). Either way a
     truncated episode end inside the window reads its stored next state.
 
-    Fast path (:attr:`fast_path`, on by default): with feed-forward networks made of plain
-    TensorDict wrappers (``TensorDictModule`` / ``ValueOperator`` over ``nn.Module``s, alone,
-    in an exact ``TensorDictSequential`` or inside a ``ProbabilisticActor``; e.g.
-    :func:`~ac_extensions.modules.make_reactor_actor` with ``recurrent=False``), no forward
-    hooks on the wrappers and the loss's parameters being the networks' own, the networks run
-    on plain tensors (the target network through ``torch.func.functional_call``, only the
-    steps the critic depends on): the same outputs and gradients without the TensorDict
-    plumbing, which costs more than the arithmetic of small networks on CPU.
-    :meth:`fast_path_blocker` says why an input does not take it.
-
     Args:
         actor_network: module writing the policy logits (``logits``, [*B, T, A]); a TorchRL
             ``ProbabilisticActor`` works (its distribution parameters are used).
@@ -180,8 +163,6 @@ class ReactorLoss(FastPathMixin, LossModule):
             q*_t and q(x_t, a_t); distributional only) or ``"td"`` (|G_t − Q(x_t, a_t)|).
         bootstrap_states: ``"unroll"`` or ``"stored"``: where a recurrent network's state at
             x_{t+1} comes from (see above; no effect on feed-forward networks).
-        fast_path: take the fast path where it applies (above); ``False`` always runs the
-            networks through their TensorDict wrappers. Also the attribute :attr:`fast_path`.
 
     Example:
         >>> import torch
@@ -256,7 +237,6 @@ class ReactorLoss(FastPathMixin, LossModule):
         priority_eta: float = 0.0,
         priority_metric: str = "auto",
         bootstrap_states: str = "unroll",
-        fast_path: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (("gamma", gamma), ("lmbda", lmbda), ("priority_eta", priority_eta)):
@@ -297,7 +277,6 @@ class ReactorLoss(FastPathMixin, LossModule):
             priority_metric = "tv" if distributional else "td"
         self.priority_metric = priority_metric
         self.bootstrap_states = bootstrap_states
-        self.fast_path = fast_path
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms))
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
         self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)))
@@ -458,33 +437,6 @@ class ReactorLoss(FastPathMixin, LossModule):
         logits = self._actor(tensordict, self.actor_network_params).get(self.tensor_keys.logits)
         return logits, self._critic(tensordict, self._target_params())
 
-    # ------------------------------------------------------------------ fast path
-    def _fast_plan(self, tensordict: TensorDictBase) -> _FastPlan | str:
-        """The plain networks and their inputs for the fast path, or why it does not apply."""
-        if self._recurrent:
-            return "the networks are recurrent"
-        for name in ("_actor", "_critic_pass", "_critic", "_online", "_target_params"):
-            if getattr(type(self), name) is not getattr(ReactorLoss, name):
-                return f"a subclass overrides {name}"
-        networks = self._plain_graphs()
-        if isinstance(networks, str):
-            return networks
-        pairs = networks.input_pairs(tensordict)
-        if isinstance(pairs, str):
-            return pairs
-        return _FastPlan(networks, networks.critic.parameters_by_step(self._target_params()), pairs)
-
-    def _plain_graphs(self) -> PlainActorCritic | str:
-        """The fast path's actor and critic graphs (the same one if shared), or why not."""
-        return plain_actor_critic(
-            self.actor_network,
-            None if self._shared_head else self.critic_network,
-            self.tensor_keys.logits,
-            self._critic_key,
-            self.actor_network_params,
-            None if self._shared_head else self.critic_network_params,
-        )
-
     # ------------------------------------------------------------------ validation
     def _fail_missing(self, tensordict: TensorDictBase, key: NestedKey, why: str) -> None:
         raise KeyError(
@@ -582,17 +534,8 @@ class ReactorLoss(FastPathMixin, LossModule):
         tensordict = cut_traces_at_padding(tensordict, valid_mask(self, tensordict), keys.done)
         nxt = tensordict.get("next")
         batch = tensordict.batch_size
-        plan = None if self._recurrent or not self.fast_path else self._fast_plan(tensordict)
         if self._recurrent:
             logits, critic, online_pass = self._online(tensordict)
-        elif isinstance(plan, _FastPlan):  # the same joint pass on plain tensors
-            fresh = fresh_next_steps(nxt.get(keys.done), plan.pairs.values())
-            joint = joint_values(plan.pairs, fresh, batch)
-            joint_logits, joint_critic = plan.networks.online(joint)
-            (logits, fresh_logits), (critic, _) = (
-                split_joint(joint_logits, batch),
-                split_joint(joint_critic, batch),
-            )
         else:  # one pass over x_t and the next observations not in the window (joint_inputs)
             fresh = next_step_plan(tensordict, nxt, self._network_in_keys(), keys.done)
             joint = joint_inputs(tensordict, nxt, fresh, self._network_in_keys())
@@ -610,10 +553,7 @@ class ReactorLoss(FastPathMixin, LossModule):
         support = self.support.to(logits.device, dtype)  # the networks' device
         with torch.no_grad():
             if not self._recurrent:
-                if isinstance(plan, _FastPlan):
-                    target_joint = plan.networks.critic_output(joint, plan.target_params)
-                else:
-                    target_joint = self._critic(joint, self._target_params())
+                target_joint = self._critic(joint, self._target_params())
                 target_now, fresh_target = split_joint(target_joint, batch)
                 next_logits, target_next = assemble_next(
                     (logits, target_now), (fresh_logits, fresh_target), fresh
@@ -795,12 +735,3 @@ class ReactorLoss(FastPathMixin, LossModule):
             },
             batch_size=[],
         )
-
-
-@dataclass
-class _FastPlan:
-    """One call's fast path: the plain networks, the target parameters and the inputs."""
-
-    networks: PlainActorCritic  # logits [N, A] and the critic's output [N, A(, atoms)]
-    target_params: list[dict[str, Tensor]]  # the critic's target parameters, per step
-    pairs: dict[NestedKey, tuple[Tensor, Tensor]]  # input: (at x_t, at x_{t+1}), [*B, T, ...]

@@ -117,12 +117,6 @@ class PPOConfig(OnPolicyConfig):
     """Standardise advantages per minibatch."""
     target_kl: float | None = None
     """Stop the epochs of a batch early once ``kl_approx`` exceeds 1.5 × this (SB3's rule)."""
-    hand_gradients: bool = True
-    """Take each gradient with :meth:`SequencePPOLoss.forward_backward
-    <ac_extensions.objectives.SequencePPOLoss.forward_backward>` (hand-derived gradients for
-    feed-forward MLP actor-critics, autograd otherwise) instead of ``loss(batch)`` and
-    ``backward()``: the same gradients up to float rounding, at less cost per step
-    (``benchmarks/results/ppo_update.md``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -235,12 +229,9 @@ def train(  # noqa: C901 (one loop, read top to bottom)
                 diagnose = config.target_kl is not None or epoch == epochs - 1
                 for index, minibatch in enumerate(cuts):
                     loss_module.diagnostics = diagnose and index == len(cuts) - 1
-                    if config.hand_gradients:  # the losses, and their gradient in .grad
-                        out = loss_module.forward_backward(minibatch)
-                    else:
-                        out = loss_module(minibatch)
-                        flat.zero_grad()
-                        sum(v for k, v in out.items() if k.startswith("loss_")).backward()
+                    out = loss_module(minibatch)
+                    flat.zero_grad()
+                    sum(v for k, v in out.items() if k.startswith("loss_")).backward()
                     grad_norm = float(flat.clip_grad_norm_(config.max_grad_norm))
                     values = {key: float(value.detach()) for key, value in out.items()}
                     total = sum(v for k, v in values.items() if k.startswith("loss_"))

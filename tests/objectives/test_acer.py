@@ -270,6 +270,21 @@ class TestRetraceEstimator:
             )
         torch.testing.assert_close(out["q_ret_mean"], expected.mean())
 
+    def test_setting_gamma_after_a_call_takes_effect(self):
+        actor, qvalue = networks()
+        loss = ACERLoss(actor, qvalue, gamma=0.99)
+        td = sequences()
+        before = loss(td.clone())["q_ret_mean"]
+        loss.gamma = 0.5  # after the estimator was built by the first call
+        assert float(loss.value_estimator.gamma) == 0.5 and loss.gamma == 0.5
+        fresh = ACERLoss(actor, qvalue, gamma=0.5)
+        torch.testing.assert_close(loss(td.clone())["q_ret_mean"], fresh(td.clone())["q_ret_mean"])
+        assert not torch.allclose(before, fresh(td.clone())["q_ret_mean"])
+        loss.make_value_estimator("retrace", gamma=0.8)  # and the estimator's γ is the loss's
+        assert loss.gamma == pytest.approx(0.8)
+        with pytest.raises(ValueError, match="gamma must lie in"):
+            loss.gamma = 1.5
+
     def test_unsupported_estimator(self):
         from torchrl.objectives.utils import ValueEstimators
 

@@ -714,3 +714,19 @@ class TestRecurrent:
             loss(td.exclude(("next", "critic_recurrent_state")))
         with pytest.raises(KeyError, match=r"'is_init'"):
             loss(td.exclude("is_init"))
+
+
+def test_setting_gamma_after_a_call_takes_effect():
+    actor, critic = networks()
+    loss = ContinuousACERLoss(actor, critic, gamma=0.99)
+    td = sequences(consistent=True)
+    loss(td.clone())
+    loss.gamma = 0.5
+    fresh = ContinuousACERLoss(actor, critic, gamma=0.5)
+    fresh.load_state_dict(loss.state_dict())
+    torch.manual_seed(3)
+    got = loss(td.clone())
+    torch.manual_seed(3)
+    expected = fresh(td.clone())
+    for key in expected.keys():
+        torch.testing.assert_close(got[key], expected[key], msg=key)

@@ -127,9 +127,8 @@ def test_next_values_reuse_the_current_pass_exactly(shared, monkeypatch):
     # Same outputs and gradients as the full next pass, and fewer network inputs.
     torch.manual_seed(0)
     actor = make_acer_actor(OBS, ACT, hidden_sizes=(16,))
-    # (the general path; the fast path has its own differential tests)
     networks = (actor, None) if shared else split_networks(actor)
-    loss = ACERLoss(*networks, fast_path=False)
+    loss = ACERLoss(*networks)
     gen = torch.Generator().manual_seed(2)
     stream = torch.randn(3, 8, OBS, generator=gen)
     td = sequences((3, 7), seed=4)

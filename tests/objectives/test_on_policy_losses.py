@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -212,3 +213,53 @@ def test_recurrent_replay_reproduces_collection_log_probs(cell):
         dist = loss.actor_network.get_dist(sequence.select(*actor.in_keys).clone())
         replayed = dist.log_prob(sequence["action"])
     torch.testing.assert_close(replayed, sequence["action_log_prob"], rtol=0, atol=1e-6)
+
+
+def test_ppo_hand_case_clipped_and_unclipped_steps():
+    # Uniform π over 2 actions (π(a) = 0.5), V = (0, 2, 1) from one-hot observations.
+    # Step 0: µ = 0.25 → r = 2, A = +1: the clip binds, gain 1.2. Step 1: µ = 0.25 → r = 2,
+    # A = −1: min(−2, −1.2) = −2, unclipped. Step 2: µ = 0.5 → r = 1, A = 3: gain 3.
+    from tensordict.nn import TensorDictModule
+    from torch.distributions import Categorical
+    from torchrl.modules import ProbabilisticActor, ValueOperator
+
+    logits_net, value_net = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        logits_net.weight.zero_(), logits_net.bias.zero_()
+        value_net.weight.copy_(torch.tensor([[0.0, 2.0, 1.0]]))
+    actor = ProbabilisticActor(
+        TensorDictModule(logits_net, ["observation"], ["logits"]),
+        in_keys=["logits"],
+        distribution_class=Categorical,
+        return_log_prob=True,
+    )
+    critic = ValueOperator(value_net, in_keys=["observation"])
+    loss = SequencePPOLoss(
+        actor,
+        critic,
+        clip_epsilon=0.2,
+        entropy_coeff=0.5,
+        critic_coeff=2.0,
+        loss_critic_type="l2",
+        normalize_advantage=False,
+    )
+    td = TensorDict(
+        {
+            "observation": torch.eye(3),
+            "action": torch.tensor([0, 1, 0]),
+            "action_log_prob": torch.log(torch.tensor([0.25, 0.25, 0.5])),
+            "advantage": torch.tensor([[1.0], [-1.0], [3.0]]),
+            "value_target": torch.tensor([[1.0], [0.0], [1.0]]),
+        },
+        [3],
+    )
+    out = loss(td)
+    assert out["loss_objective"].item() == pytest.approx(-(1.2 - 2 + 3) / 3)
+    assert out["loss_critic"].item() == pytest.approx(2.0 * (1 + 4 + 0) / 3)
+    assert out["loss_entropy"].item() == pytest.approx(-0.5 * math.log(2))
+    assert out["clip_fraction"].item() == pytest.approx(2 / 3)
+    assert out["kl_approx"].item() == pytest.approx(-2 * math.log(2) / 3)
+    # Only the unclipped steps carry gradient: none reaches the logits of step 0's input.
+    out["loss_objective"].backward()
+    assert logits_net.weight.grad[:, 0].abs().sum() == 0
+    assert logits_net.weight.grad[:, 1].abs().sum() > 0

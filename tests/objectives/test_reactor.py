@@ -725,3 +725,13 @@ class TestBootstrapStates:
     def test_bootstrap_states_is_checked(self):
         with pytest.raises(ValueError, match="bootstrap_states must be"):
             make_loss(*networks(), bootstrap_states="burn")
+
+
+def test_setting_gamma_after_a_call_takes_effect():
+    nets = networks()
+    loss = make_loss(*nets, gamma=0.99)
+    td = sequences()
+    loss(td.clone())
+    loss.gamma = 0.5
+    expected = make_loss(*nets, gamma=0.5).targets(td.clone())
+    torch.testing.assert_close(loss.targets(td.clone()), expected)
