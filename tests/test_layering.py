@@ -1,10 +1,10 @@
-"""The package's import direction (style.md §4.1), checked on the source's AST.
+"""The package's import direction, checked on the source's AST, and the README's sentence on it.
 
-functional → torch only; modules → torch, tensordict, torchrl, functional;
-objectives → may add torchrl.objectives and modules; runtime → may add data, objectives and
-the environment / cluster packages, never recipes or cli; recipes and cli → anything, but no
-recipe imports another recipe; nothing else in the package imports recipes; nothing but
-``__main__`` imports cli; and the import graph of the package's modules has no cycle.
+Each layer of the package imports exactly the layers :data:`LAYERS` lists (no more: the
+direction holds; no fewer: the README's sentence stays true), besides torch, tensordict,
+torchrl, the standard library and, for ``runtime``, the environment / cluster packages. No
+recipe imports another recipe; nothing but ``cli`` imports recipes (``cli`` loads them by
+name); nothing but ``__main__`` imports cli; and the import graph has no cycle.
 """
 
 from __future__ import annotations
@@ -15,43 +15,39 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "ac_extensions"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ac_extensions"
 STDLIB_OK = set(sys.stdlib_module_names)
+THIRD_PARTY = {"torch", "tensordict", "torchrl"}
+ENVIRONMENTS = {"numpy", "gymnasium", "ale_py", "minatar", "ray"}
+
+LAYERS = {
+    "functional": (),
+    "modules": (),
+    "data": (),
+    "objectives": ("functional", "modules"),
+    "runtime": ("modules",),
+    "recipes": ("data", "modules", "objectives", "runtime"),
+}
+"""Layer → the package layers it imports (``cli`` may import anything)."""
 
 ALLOWED = {
-    "data": {"torch", "tensordict", "torchrl", "ac_extensions.data"},
-    "functional": {"torch", "ac_extensions.functional"},
-    "modules": {
-        "torch",
-        "tensordict",
-        "torchrl",
-        "ac_extensions.functional",
-        "ac_extensions.modules",
-    },
-    "objectives": {
-        "torch",
-        "tensordict",
-        "torchrl",
-        "ac_extensions.functional",
-        "ac_extensions.modules",
-        "ac_extensions.objectives",
-    },
-    "runtime": {
-        "torch",
-        "tensordict",
-        "torchrl",
-        "numpy",
-        "gymnasium",
-        "ale_py",
-        "minatar",
-        "ray",
-        "ac_extensions.functional",
-        "ac_extensions.modules",
-        "ac_extensions.objectives",
-        "ac_extensions.data",
-        "ac_extensions.runtime",
-    },
+    layer: (set() if layer == "functional" else set(THIRD_PARTY))
+    | ({"torch"} if layer == "functional" else set())
+    | (ENVIRONMENTS if layer == "runtime" else set())
+    | {f"ac_extensions.{name}" for name in (layer, *uses)}
+    for layer, uses in LAYERS.items()
+    if layer != "recipes"
 }
+
+
+def layers_sentence() -> str:
+    """The README's sentence on the import direction, from :data:`LAYERS`."""
+    parts = [
+        f"`{layer}` → " + (", ".join(f"`{u}`" for u in uses) if uses else "none")
+        for layer, uses in LAYERS.items()
+    ]
+    return "Package layers each import only: " + "; ".join(parts) + "; `cli` → any."
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -176,3 +172,24 @@ def test_runtime_is_below_the_recipes():
     for path in (PACKAGE / "runtime").rglob("*.py"):
         names = imported_modules(path)
         assert not any(n.startswith(("ac_extensions.recipes", "ac_extensions.cli")) for n in names)
+
+
+def package_layers_imported(layer: str) -> set[str]:
+    """The package layers that the files of ``layer`` import."""
+    found = set()
+    for path in (PACKAGE / layer).rglob("*.py"):
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if parts[0] == "ac_extensions" and len(parts) > 1 and parts[1] != layer:
+                found.add(parts[1])
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layer_imports_exactly_its_listed_layers(layer):
+    assert package_layers_imported(layer) == set(LAYERS[layer])
+
+
+def test_readme_states_the_import_direction():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert layers_sentence() in readme, layers_sentence()

@@ -21,6 +21,7 @@ Index:
   :func:`distributional_retrace_targets`, :func:`total_variation`.
 - :mod:`.acer`: discrete ACER on plain tensors, :func:`categorical_q_retrace` (Q^ret from π and
   Q) and :func:`categorical_acer_losses` (critic, Eq. 9 policy gradient, entropy, trust region).
+- :mod:`.masks`: :func:`masked_mean` (means over the valid steps of padded windows).
 - :mod:`.ppo`: :func:`standardize_advantage`, :func:`ratio_diagnostics`,
   :func:`explained_variance` (the on-policy losses' statistics).
 """
@@ -33,6 +34,7 @@ from ac_extensions.functional.distributional import (
     distributional_retrace_targets,
     total_variation,
 )
+from ac_extensions.functional.masks import masked_mean
 from ac_extensions.functional.off_policy import (
     acer_trace,
     continuous_acer_trace,
@@ -74,6 +76,7 @@ __all__ = [
     "distributional_retrace_targets",
     "explained_variance",
     "importance_ratio",
+    "masked_mean",
     "normal_kl_gradient",
     "opc_trace",
     "ratio_diagnostics",

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ac_extensions.functional._checks import check_same_shape, check_time_layout
+from ac_extensions.functional.masks import masked_mean
 from ac_extensions.functional.off_policy import retrace_targets, retrace_trace
 from ac_extensions.functional.policy_gradients import (
     bias_correction_loss,
@@ -34,11 +35,6 @@ from ac_extensions.functional.trust_region import (
 )
 
 __all__ = ["categorical_acer_losses", "categorical_q_retrace"]
-
-
-def _masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Mean of a [*B, T, 1] tensor over the steps where ``mask`` ([*B, T]) holds (all if None)."""
-    return x.mean() if mask is None else x.squeeze(-1)[mask].mean()
 
 
 @torch.no_grad()
@@ -216,13 +212,13 @@ def categorical_acer_losses(
         active = (trust_region_multiplier(g, k, trust_region_delta) > 0).to(kl.dtype)
 
     return {
-        "loss_objective": _masked_mean(policy_loss + penalty, mask),
-        "loss_critic": critic_coeff * _masked_mean(critic, mask),
-        "loss_entropy": -entropy_coeff * _masked_mean(entropy, mask),
-        "entropy": _masked_mean(entropy.detach(), mask),
-        "ratio_mean": _masked_mean(ratio, mask),
-        "truncation_fraction": _masked_mean((ratio > c).to(ratio.dtype), mask),
-        "trust_region_active": _masked_mean(active, mask),
-        "kl_average": _masked_mean(kl.detach(), mask),
-        "q_ret_mean": _masked_mean(q_ret, mask),
+        "loss_objective": masked_mean(policy_loss + penalty, mask),
+        "loss_critic": critic_coeff * masked_mean(critic, mask),
+        "loss_entropy": -entropy_coeff * masked_mean(entropy, mask),
+        "entropy": masked_mean(entropy.detach(), mask),
+        "ratio_mean": masked_mean(ratio, mask),
+        "truncation_fraction": masked_mean((ratio > c).to(ratio.dtype), mask),
+        "trust_region_active": masked_mean(active, mask),
+        "kl_average": masked_mean(kl.detach(), mask),
+        "q_ret_mean": masked_mean(q_ret, mask),
     }

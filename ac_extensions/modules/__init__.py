@@ -9,6 +9,7 @@ from ac_extensions.modules.actor_critic import (
     make_actor_critic,
     make_qvalue,
     recurrent_env_transforms,
+    recurrent_in_keys,
 )
 from ac_extensions.modules.dueling import (
     FixedNormalScale,
@@ -45,4 +46,5 @@ __all__ = [
     "reactor_env_transforms",
     "reactor_hidden_state_keys",
     "recurrent_env_transforms",
+    "recurrent_in_keys",
 ]

@@ -28,6 +28,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import Tensor, nn
 from torchrl.modules import GRUModule, LSTMModule, ProbabilisticActor
 
+from ac_extensions.modules.layers import mlp_torso
 from ac_extensions.modules.minatar import MinAtarCNN
 
 
@@ -90,18 +91,6 @@ class _Heads(nn.Module):
         return self.policy(features), self.qvalue(features)
 
 
-def _mlp_torso(observation_dim: int, hidden_sizes: Sequence[int]) -> nn.Module:
-    layers: list[nn.Module] = []
-    width = observation_dim
-    for size in hidden_sizes:
-        linear = nn.Linear(width, size)
-        nn.init.orthogonal_(linear.weight, 2**0.5)
-        nn.init.zeros_(linear.bias)
-        layers += [linear, nn.Tanh()]
-        width = size
-    return nn.Sequential(*layers)
-
-
 def make_acer_actor(
     observation_shape: int | Sequence[int],
     num_actions: int,
@@ -145,7 +134,7 @@ def make_acer_actor(
     """
     if torso == "mlp":
         dim = observation_shape if isinstance(observation_shape, int) else observation_shape[-1]
-        body: nn.Module = _mlp_torso(int(dim), hidden_sizes)
+        body: nn.Module = mlp_torso(int(dim), hidden_sizes)
         width = hidden_sizes[-1] if hidden_sizes else int(dim)
     elif torso in ("cnn", "minatar"):
         if isinstance(observation_shape, int) or len(observation_shape) != 3:

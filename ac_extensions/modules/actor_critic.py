@@ -45,33 +45,11 @@ from torchrl.modules import MLP, GRUModule, LSTMModule, ProbabilisticActor, Valu
 from torchrl.modules.utils import get_primers_from_module
 
 from ac_extensions.modules.acer import NatureCNN
+from ac_extensions.modules.layers import mlp, orthogonal_init
 from ac_extensions.modules.minatar import MinAtarCNN
 
 Torso = Literal["mlp", "minatar", "cnn"]
 """Observation torsos: a tanh MLP, the MinAtar network's, the Nature DQN's."""
-
-
-def _orthogonal_init(module: nn.Module, gain: float) -> nn.Module:
-    for layer in module.modules():
-        if isinstance(layer, nn.Linear):
-            nn.init.orthogonal_(layer.weight, gain)
-            nn.init.zeros_(layer.bias)
-    return module
-
-
-def _mlp(in_features: int, out_features: int, hidden: Sequence[int], head_gain: float) -> nn.Module:
-    net = MLP(
-        in_features=in_features,
-        out_features=out_features,
-        num_cells=list(hidden),
-        activation_class=nn.Tanh,
-    )
-    # Orthogonal init, √2 for hidden layers and a small gain on the policy head (Andrychowicz
-    # et al., 2021, arXiv:2006.05990, §3.2; SB3's default for its MLP policies).
-    _orthogonal_init(net, 2**0.5)
-    last = [m for m in net.modules() if isinstance(m, nn.Linear)][-1]
-    nn.init.orthogonal_(last.weight, head_gain)
-    return net
 
 
 def _image_torso(torso: str, observation_shape) -> MinAtarCNN | NatureCNN:
@@ -88,10 +66,10 @@ def _image_torso(torso: str, observation_shape) -> MinAtarCNN | NatureCNN:
 def _image_net(torso: str, observation_shape, out_features: int, head_gain: float) -> nn.Module:
     """Convolutional torso → linear head (orthogonal, ``head_gain``)."""
     body = _image_torso(torso, observation_shape)
-    return nn.Sequential(body, _orthogonal_init(nn.Linear(body.features, out_features), head_gain))
+    return nn.Sequential(body, orthogonal_init(nn.Linear(body.features, out_features), head_gain))
 
 
-def _encoder(torso: str, observation_dim, hidden_sizes: Sequence[int]) -> tuple[nn.Module, int]:
+def make_encoder(torso: str, observation_dim, hidden_sizes: Sequence[int]) -> tuple[nn.Module, int]:
     """Observation → features, and their width: the shared torso or a recurrent branch's embed.
 
     ``"mlp"``: the tanh MLP of ``hidden_sizes`` with its last layer activated (orthogonal, √2);
@@ -109,7 +87,7 @@ def _encoder(torso: str, observation_dim, hidden_sizes: Sequence[int]) -> tuple[
         activation_class=nn.Tanh,
         activate_last_layer=True,
     )
-    return _orthogonal_init(body, 2**0.5), hidden_sizes[-1]
+    return orthogonal_init(body, 2**0.5), hidden_sizes[-1]
 
 
 def _recurrent_branch(
@@ -125,7 +103,7 @@ def _recurrent_branch(
     torso: str = "mlp",
 ) -> TensorDictSequential:
     """Observation → MLP (or conv) encoder → LSTM/GRU (its own hidden-state keys) → head."""
-    embed, width = _encoder(torso, observation_dim, hidden_sizes)
+    embed, width = make_encoder(torso, observation_dim, hidden_sizes)
     encoder = TensorDictModule(embed, [observation_key], [f"{name}_embed"])
     hidden = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"]
     if recurrent == "gru":
@@ -138,7 +116,7 @@ def _recurrent_branch(
         out_keys=[f"{name}_memory", *(("next", k) for k in hidden)],
     )
     head = TensorDictModule(
-        _orthogonal_init(nn.Linear(recurrent_size, out_features), head_gain),
+        orthogonal_init(nn.Linear(recurrent_size, out_features), head_gain),
         [f"{name}_memory"],
         [out_key],
     )
@@ -208,14 +186,14 @@ def make_actor_critic(
             "(the recurrent actor and critic keep separate memories)"
         )
     if share_torso:
-        body, width = _encoder(torso, observation_dim, hidden_sizes)
-        actor_net = nn.Sequential(body, _orthogonal_init(nn.Linear(width, num_actions), 0.01))
-        critic_net = nn.Sequential(body, _orthogonal_init(nn.Linear(width, 1), 1.0))
+        body, width = make_encoder(torso, observation_dim, hidden_sizes)
+        actor_net = nn.Sequential(body, orthogonal_init(nn.Linear(width, num_actions), 0.01))
+        critic_net = nn.Sequential(body, orthogonal_init(nn.Linear(width, 1), 1.0))
         actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     elif recurrent is None and torso == "mlp":
-        actor_net = _mlp(observation_dim, num_actions, hidden_sizes, head_gain=0.01)
-        critic_net = _mlp(observation_dim, 1, hidden_sizes, head_gain=1.0)
+        actor_net = mlp(observation_dim, num_actions, hidden_sizes, head_gain=0.01)
+        critic_net = mlp(observation_dim, 1, hidden_sizes, head_gain=1.0)
         actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     elif recurrent is None:
@@ -276,7 +254,7 @@ def make_qvalue(
     Returns:
         A TensorDictModule writing ``action_value``.
     """
-    net = _mlp(observation_dim, num_actions, hidden_sizes, head_gain=1.0)
+    net = mlp(observation_dim, num_actions, hidden_sizes, head_gain=1.0)
     return TensorDictModule(net, [observation_key], ["action_value"])
 
 
@@ -320,7 +298,7 @@ def collection_policy(actor: ProbabilisticActor, critic: TensorDictModule) -> nn
     :func:`make_actor_critic` is replaced by its :class:`CategoricalSampler` (same network and
     parameters, same output keys, less per-step overhead).
     """
-    if _recurrent_in_keys(critic):
+    if recurrent_in_keys(critic):
         return TensorDictSequential(actor, critic)
     body, head = actor.module[0], actor.module[-1]
     if (
@@ -328,7 +306,7 @@ def collection_policy(actor: ProbabilisticActor, critic: TensorDictModule) -> nn
         and type(body) is TensorDictModule
         and body.out_keys == ["logits"]
         and head.distribution_class is torch.distributions.Categorical
-        and not _recurrent_in_keys(actor)
+        and not recurrent_in_keys(actor)
     ):
         return TensorDictModule(
             CategoricalSampler(body.module), body.in_keys, ["logits", "action", head.log_prob_key]
@@ -336,13 +314,26 @@ def collection_policy(actor: ProbabilisticActor, critic: TensorDictModule) -> nn
     return actor
 
 
-def _recurrent_in_keys(module: nn.Module) -> list:
-    return [
-        key
-        for m in module.modules()
-        if isinstance(m, (LSTMModule, GRUModule))
-        for key in m.in_keys[1:]
-    ]
+def recurrent_in_keys(*networks: nn.Module | None) -> list:
+    """The hidden-state input keys of every ``LSTMModule`` / ``GRUModule`` in ``networks``.
+
+    Each recurrent module reads ``is_init`` and its hidden states besides its input; these are
+    the keys after the input, in order, each once (``None`` networks are skipped).
+
+    Example:
+        >>> from ac_extensions.modules import make_actor_critic
+        >>> actor, critic = make_actor_critic(4, 2, recurrent="gru")
+        >>> recurrent_in_keys(actor, critic)
+        ['actor_recurrent_state', 'is_init', 'critic_recurrent_state']
+    """
+    keys: list = []
+    for network in networks:
+        if network is None:
+            continue
+        for module in network.modules():
+            if isinstance(module, (LSTMModule, GRUModule)):
+                keys.extend(k for k in module.in_keys[1:] if k not in keys)
+    return keys
 
 
 def recurrent_env_transforms(policy: nn.Module) -> Compose:

@@ -54,9 +54,10 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequ
 from tensordict.nn.distributions import AddStateIndependentNormalScale, NormalParamExtractor
 from tensordict.utils import NestedKey
 from torch import Tensor, nn
-from torchrl.modules import MLP, GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
+from torchrl.modules import GRUModule, IndependentNormal, LSTMModule, ProbabilisticActor
 
-from ac_extensions.modules.actor_critic import _encoder
+from ac_extensions.modules.actor_critic import make_encoder
+from ac_extensions.modules.layers import ACTIVATIONS, linear, mlp
 
 __all__ = ["StochasticDuelingNetwork", "make_continuous_actor_critic"]
 
@@ -259,44 +260,6 @@ class _ObservationActionMLP(nn.Module):
         return self.net(torch.cat([observation, action.to(observation.dtype)], dim=-1))
 
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
-"""The hidden activations :func:`make_continuous_actor_critic` accepts, by name."""
-
-
-def _mlp(
-    in_features: int,
-    out_features: int,
-    hidden: Sequence[int],
-    head_gain: float,
-    activation: str = "tanh",
-) -> MLP:
-    """An MLP with ``activation`` between layers, orthogonal init, zero biases.
-
-    Gains: √2 on the hidden layers, ``head_gain`` on the output layer.
-    Andrychowicz et al., 2021, arXiv:2006.05990, §3.2 (the same init as ``make_actor_critic``).
-    """
-    net = MLP(
-        in_features=in_features,
-        out_features=out_features,
-        num_cells=list(hidden),
-        activation_class=ACTIVATIONS[activation],
-    )
-    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
-    for layer in linears:
-        nn.init.orthogonal_(layer.weight, 2**0.5)
-        nn.init.zeros_(layer.bias)
-    nn.init.orthogonal_(linears[-1].weight, head_gain)
-    return net
-
-
-def _linear(in_features: int, out_features: int, gain: float) -> nn.Linear:
-    """A linear layer with orthogonal weights (``gain``) and zero bias."""
-    layer = nn.Linear(in_features, out_features)
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-
 def _memory(
     name: str,
     observation_key: str,
@@ -315,7 +278,7 @@ def _memory(
     modules: list[TensorDictModuleBase] = []
     memory_in, width = observation_key, observation_dim
     if hidden_sizes:
-        encoder, width = _encoder("mlp", observation_dim, hidden_sizes)
+        encoder, width = make_encoder("mlp", observation_dim, hidden_sizes)
         memory_in = f"{name}_embed"
         modules.append(TensorDictModule(encoder, [observation_key], [memory_in]))
     if recurrent == "lstm":
@@ -468,12 +431,12 @@ def make_continuous_actor_critic(
         )
     if state_dependent_scale:
         body = nn.Sequential(
-            _mlp(observation_dim, 2 * action_dim, hidden_sizes, 0.01, activation),
+            mlp(observation_dim, 2 * action_dim, hidden_sizes, 0.01, activation),
             NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
         )
     else:
         body = nn.Sequential(
-            _mlp(observation_dim, action_dim, hidden_sizes, 0.01, activation),
+            mlp(observation_dim, action_dim, hidden_sizes, 0.01, activation),
             _scale_head(action_dim, init_scale, fixed_scale),
         )
     actor = ProbabilisticActor(
@@ -484,8 +447,8 @@ def make_continuous_actor_critic(
         return_log_prob=True,
     )
     critic = StochasticDuelingNetwork(
-        _mlp(observation_dim, 1, hidden_sizes, 1.0, activation),
-        _ObservationActionMLP(_mlp(observation_dim + action_dim, 1, hidden_sizes, 1.0, activation)),
+        mlp(observation_dim, 1, hidden_sizes, 1.0, activation),
+        _ObservationActionMLP(mlp(observation_dim + action_dim, 1, hidden_sizes, 1.0, activation)),
         num_samples=num_samples,
         observation_key=observation_key,
     )
@@ -538,12 +501,12 @@ def _recurrent_actor_critic(
     """The recurrent variant of :func:`make_continuous_actor_critic` (see its docstring)."""
     if state_dependent_scale:
         head = nn.Sequential(
-            _linear(recurrent_size, 2 * action_dim, gain=0.01),
+            linear(recurrent_size, 2 * action_dim, gain=0.01),
             NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
         )
     else:
         head = nn.Sequential(
-            _linear(recurrent_size, action_dim, gain=0.01),
+            linear(recurrent_size, action_dim, gain=0.01),
             _scale_head(action_dim, init_scale, fixed_scale),
         )
     actor_memory = _memory(
@@ -563,10 +526,8 @@ def _recurrent_actor_critic(
     )
     advantage_hidden = list(hidden_sizes[-1:])
     critic = StochasticDuelingNetwork(
-        _linear(recurrent_size, 1, gain=1.0),
-        _ObservationActionMLP(
-            _mlp(recurrent_size + action_dim, 1, advantage_hidden, head_gain=1.0)
-        ),
+        linear(recurrent_size, 1, gain=1.0),
+        _ObservationActionMLP(mlp(recurrent_size + action_dim, 1, advantage_hidden, head_gain=1.0)),
         num_samples=num_samples,
         observation_key="critic_memory",
         torso=critic_memory,

@@ -58,8 +58,9 @@ from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs import Compose, Transform
 from torchrl.modules import LSTMModule, ProbabilisticActor
 
-from ac_extensions.modules.acer import NatureCNN, _mlp_torso
+from ac_extensions.modules.acer import NatureCNN
 from ac_extensions.modules.actor_critic import recurrent_env_transforms
+from ac_extensions.modules.layers import mlp_torso
 from ac_extensions.modules.minatar import MinAtarCNN
 
 PREV_ACTION_KEY = "prev_action"
@@ -348,7 +349,7 @@ def make_reactor_actor(
     """
     if torso == "mlp":
         dim = observation_shape if isinstance(observation_shape, int) else observation_shape[-1]
-        body: nn.Module = _mlp_torso(int(dim), hidden_sizes)
+        body: nn.Module = mlp_torso(int(dim), hidden_sizes)
         width = hidden_sizes[-1] if hidden_sizes else int(dim)
     elif torso in ("cnn", "minatar"):
         if isinstance(observation_shape, int):
@@ -379,7 +380,7 @@ def make_reactor_actor(
         if not recurrent:  # feed-forward branch: Linear + tanh, no stored state
             modules.append(
                 TensorDictModule(
-                    _mlp_torso(width, (recurrent_size,)),
+                    mlp_torso(width, (recurrent_size,)),
                     [branch_input[branch]],
                     [f"{branch}_memory"],
                 )

@@ -10,8 +10,6 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
 
-from ac_extensions.functional.acer import _masked_mean
-
 
 def is_recurrent(*networks: torch.nn.Module | None) -> bool:
     """Whether any of ``networks`` holds a TorchRL ``LSTMModule`` or ``GRUModule``."""
@@ -317,12 +315,3 @@ def burn_in(
         hidden.select(time_dim, 0).copy_(torch.where(keep, stored.select(time_dim, 0), warm))
         rest.set(key, hidden)
     return rest
-
-
-def masked_mean(x: Tensor, mask: Tensor | None, weight: Tensor | None = None) -> Tensor:
-    """Mean over the valid steps of w · x, for a [*B, T, 1] tensor (``mask``: [*B, T] or None).
-
-    The losses on sequences (ACER, continuous ACER, Reactor) reduce every term with it;
-    ``weight`` ([*B, T, 1]) holds importance weights where the sampler gives them.
-    """
-    return _masked_mean(x if weight is None else x * weight, mask)

@@ -16,20 +16,9 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 from torch import Tensor, nn
-from torchrl.modules import GRUModule, LSTMModule
 
 from ac_extensions.functional.ppo import explained_variance, ratio_diagnostics
-
-
-def _recurrent_in_keys(*networks: nn.Module | None) -> list:
-    keys: list = []
-    for network in networks:
-        if network is None:
-            continue
-        for module in network.modules():
-            if isinstance(module, (LSTMModule, GRUModule)):
-                keys.extend(k for k in module.in_keys[1:] if k not in keys)
-    return keys
+from ac_extensions.modules import recurrent_in_keys
 
 
 def valid_mask(loss, tensordict: TensorDictBase) -> Tensor | None:
@@ -76,7 +65,7 @@ class SequenceLossMixin:
         # Modules are registered (they move with .to() and appear in state_dict).
         self.addons = nn.ModuleList([a for a in addons if isinstance(a, nn.Module)])
         self._callable_addons = [a for a in addons if not isinstance(a, nn.Module)]
-        self._recurrent_keys = _recurrent_in_keys(self.actor_network, self.critic_network)
+        self._recurrent_keys = recurrent_in_keys(self.actor_network, self.critic_network)
         self._capture = {}
 
     # ------------------------------------------------------------------ validation

@@ -14,6 +14,7 @@ from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
+from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
     assemble_next,
     burn_in,
@@ -26,7 +27,7 @@ from ac_extensions.objectives._replay import (
     run_under,
     split_joint,
 )
-from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
+from ac_extensions.objectives._sequence import valid_mask
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
 
@@ -161,7 +162,7 @@ class ACERLoss(LossModule):
             )
         self.burn_in = burn_in
         self._hidden_keys = [
-            k for k in _recurrent_in_keys(actor_network, qvalue_network) if k != "is_init"
+            k for k in recurrent_in_keys(actor_network, qvalue_network) if k != "is_init"
         ]
         self._shared_head = qvalue_network is None
         if not self._shared_head:

@@ -15,15 +15,16 @@ from torchrl.modules import IndependentNormal, set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
+from ac_extensions.functional import masked_mean
+from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
     burn_in,
     check_sequence_batch,
     cut_traces_at_padding,
     is_recurrent,
-    masked_mean,
     next_step_outputs,
 )
-from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
+from ac_extensions.objectives._sequence import valid_mask
 
 _GAUSSIAN_CLASSES = (IndependentNormal, Normal)
 
@@ -252,7 +253,7 @@ class ContinuousACERLoss(LossModule):
                 f"{burn_in!r} (recurrent: {self._recurrent})"
             )
         self.burn_in = burn_in
-        self._recurrent_keys = _recurrent_in_keys(actor_network, critic_network)
+        self._recurrent_keys = recurrent_in_keys(actor_network, critic_network)
         self._hidden_keys = [k for k in self._recurrent_keys if k != "is_init"]
         self.gamma = gamma
         self.truncation_threshold = truncation_threshold

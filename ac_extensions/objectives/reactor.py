@@ -14,19 +14,20 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
+from ac_extensions.functional import masked_mean
+from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
     cut_traces_at_padding,
     is_recurrent,
     joint_inputs,
-    masked_mean,
     next_step_outputs,
     next_step_plan,
     run_under,
     split_joint,
 )
-from ac_extensions.objectives._sequence import _recurrent_in_keys, valid_mask
+from ac_extensions.objectives._sequence import valid_mask
 
 __all__ = ["ReactorLoss"]
 
@@ -261,7 +262,7 @@ class ReactorLoss(LossModule):
         self._tensor_keys = self._AcceptedKeys()
         self._shared_head = critic_network is None
         self._recurrent = is_recurrent(actor_network, critic_network)
-        self._recurrent_keys = _recurrent_in_keys(actor_network, critic_network)
+        self._recurrent_keys = recurrent_in_keys(actor_network, critic_network)
         # The bootstrap comes from a target copy of the critic (of the shared net if shared).
         self.convert_to_functional(
             actor_network, "actor_network", create_target_params=self._shared_head

@@ -177,17 +177,18 @@ def feed_forward_reference(state_dependent_scale):
     from tensordict.nn.distributions import AddStateIndependentNormalScale, NormalParamExtractor
     from torchrl.modules import IndependentNormal, ProbabilisticActor
 
-    from ac_extensions.modules.dueling import _mlp, _ObservationActionMLP
+    from ac_extensions.modules.dueling import _ObservationActionMLP
+    from ac_extensions.modules.layers import mlp
 
     hidden = (16,)
     if state_dependent_scale:
         body = torch.nn.Sequential(
-            _mlp(OBS, 2 * ACT, hidden, head_gain=0.01),
+            mlp(OBS, 2 * ACT, hidden, head_gain=0.01),
             NormalParamExtractor(scale_mapping="biased_softplus_1.0"),
         )
     else:
         body = torch.nn.Sequential(
-            _mlp(OBS, ACT, hidden, head_gain=0.01),
+            mlp(OBS, ACT, hidden, head_gain=0.01),
             AddStateIndependentNormalScale(ACT, scale_mapping="exp", init_value=math.log(0.8)),
         )
     actor = ProbabilisticActor(
@@ -198,8 +199,8 @@ def feed_forward_reference(state_dependent_scale):
         return_log_prob=True,
     )
     sdn = StochasticDuelingNetwork(
-        _mlp(OBS, 1, hidden, head_gain=1.0),
-        _ObservationActionMLP(_mlp(OBS + ACT, 1, hidden, head_gain=1.0)),
+        mlp(OBS, 1, hidden, head_gain=1.0),
+        _ObservationActionMLP(mlp(OBS + ACT, 1, hidden, head_gain=1.0)),
     )
     return actor, sdn
 
