@@ -21,9 +21,9 @@ Index:
   :func:`distributional_retrace_targets`, :func:`total_variation`.
 - :mod:`.acer`: discrete ACER on plain tensors, :func:`categorical_q_retrace` (Q^ret from π and
   Q) and :func:`categorical_acer_losses` (critic, Eq. 9 policy gradient, entropy, trust region).
-- :mod:`.masks`: :func:`masked_mean` (means over the valid steps of padded windows).
-- :mod:`.ppo`: :func:`standardize_advantage`, :func:`ratio_diagnostics`,
-  :func:`explained_variance` (the on-policy losses' statistics).
+- :mod:`.masks`: ``masked_mean`` (means over the valid steps of padded windows).
+- :mod:`.ppo`: :func:`standardize_advantage`; ``ratio_diagnostics`` and
+  ``explained_variance`` (the on-policy losses' diagnostics).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from ac_extensions.functional.distributional import (
     distributional_retrace_targets,
     total_variation,
 )
-from ac_extensions.functional.masks import masked_mean
 from ac_extensions.functional.off_policy import (
     acer_trace,
     continuous_acer_trace,
@@ -51,11 +50,7 @@ from ac_extensions.functional.policy_gradients import (
     sampled_bias_correction_loss,
     truncated_is_policy_loss,
 )
-from ac_extensions.functional.ppo import (
-    explained_variance,
-    ratio_diagnostics,
-    standardize_advantage,
-)
+from ac_extensions.functional.ppo import standardize_advantage
 from ac_extensions.functional.trust_region import (
     categorical_kl_gradient,
     normal_kl_gradient,
@@ -74,12 +69,9 @@ __all__ = [
     "categorical_q_retrace",
     "continuous_acer_trace",
     "distributional_retrace_targets",
-    "explained_variance",
     "importance_ratio",
-    "masked_mean",
     "normal_kl_gradient",
     "opc_trace",
-    "ratio_diagnostics",
     "retrace_targets",
     "retrace_trace",
     "sampled_bias_correction_loss",

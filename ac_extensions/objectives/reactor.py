@@ -14,7 +14,7 @@ from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
-from ac_extensions.functional import masked_mean
+from ac_extensions.functional.masks import masked_mean
 from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
     assemble_next,

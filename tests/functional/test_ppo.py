@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from ac_extensions.functional import explained_variance, ratio_diagnostics, standardize_advantage
+from ac_extensions.functional import standardize_advantage
+from ac_extensions.functional.ppo import explained_variance, ratio_diagnostics
 
 
 def test_standardize_advantage_matches_mean_and_unbiased_std():
