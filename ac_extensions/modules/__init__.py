@@ -16,7 +16,6 @@ from ac_extensions.modules.dueling import (
     StochasticDuelingNetwork,
     make_continuous_actor_critic,
 )
-from ac_extensions.modules.flat import FlatAdam, FlatParameters
 from ac_extensions.modules.minatar import MinAtarCNN
 from ac_extensions.modules.normalization import NORMALIZED_OBSERVATION, ObservationNormalizer
 from ac_extensions.modules.reactor import (
@@ -30,8 +29,6 @@ __all__ = [
     "NORMALIZED_OBSERVATION",
     "CategoricalSampler",
     "FixedNormalScale",
-    "FlatAdam",
-    "FlatParameters",
     "MinAtarCNN",
     "NatureCNN",
     "ObservationNormalizer",

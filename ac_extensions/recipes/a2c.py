@@ -27,10 +27,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from ac_extensions.modules import FlatParameters, collection_policy
+from ac_extensions.modules import collection_policy
 from ac_extensions.objectives import SequenceA2CLoss
 from ac_extensions.runtime import (
     Checkpointer,
+    FlatParameters,
     NonFiniteGuard,
     Progress,
     collector_metrics,
@@ -103,7 +104,7 @@ def build(config: A2CConfig):
 
     Returns:
         ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
-        (:class:`~ac_extensions.modules.FlatParameters`, the loss's parameters and gradients
+        (:class:`~ac_extensions.runtime.FlatParameters`, the loss's parameters and gradients
         in one buffer each).
     """
     actor, critic = make_networks(config)

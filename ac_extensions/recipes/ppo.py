@@ -29,10 +29,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from ac_extensions.modules import FlatAdam, FlatParameters, collection_policy
+from ac_extensions.modules import collection_policy
 from ac_extensions.objectives import SequencePPOLoss
 from ac_extensions.runtime import (
     Checkpointer,
+    FlatAdam,
+    FlatParameters,
     NonFiniteGuard,
     Progress,
     collector_metrics,
@@ -130,7 +132,7 @@ def build(config: PPOConfig):
 
     Returns:
         ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
-        (:class:`~ac_extensions.modules.FlatParameters`: the loss's parameters and gradients in
+        (:class:`~ac_extensions.runtime.FlatParameters`: the loss's parameters and gradients in
         one buffer each, so zeroing, clipping and the Adam update are one op each).
     """
     actor, critic = make_networks(config)

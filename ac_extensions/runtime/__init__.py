@@ -1,7 +1,7 @@
 """The plumbing under the recipes: collection, checkpoints, guards, progress, run config.
 
-One file per job, imported one way (recipes → runtime → objectives / modules / data;
-``tests/test_layering.py`` checks it):
+One file per job; runtime imports only :mod:`ac_extensions.modules` of the package
+(``tests/test_layering.py`` checks it):
 
 * :mod:`~ac_extensions.runtime.config`: :class:`RunConfig`, the fields every recipe shares,
   and the defaults per env family (``Config.for_env``).
@@ -25,6 +25,8 @@ One file per job, imported one way (recipes → runtime → objectives / modules
   :func:`finished_returns`.
 * :mod:`~ac_extensions.runtime.checkpoint`: :class:`Checkpointer` (atomic, resumable;
   :class:`RunStopped` ends a run stopped on request, after its checkpoint).
+* :mod:`~ac_extensions.runtime.flat`: :class:`FlatParameters` and :class:`FlatAdam`, the
+  on-policy recipes' optimiser state in one buffer.
 * :mod:`~ac_extensions.runtime.compose`: for pipelines composed from TorchRL's parts around
   one of the losses: :class:`BehaviorPolicy` (µ stored at collection),
   :func:`check_action_encoding` (the one-hot action trap).
@@ -58,6 +60,7 @@ from ac_extensions.runtime.compose import (
     check_action_encoding,
 )
 from ac_extensions.runtime.config import RunConfig
+from ac_extensions.runtime.flat import FlatAdam, FlatParameters
 from ac_extensions.runtime.guards import NonFiniteError, NonFiniteGuard, TrainingWarning
 from ac_extensions.runtime.progress import Progress, collector_metrics, finished_returns
 from ac_extensions.runtime.replay import (
@@ -74,6 +77,8 @@ __all__ = [
     "BinaryAsUint8",
     "CheckpointError",
     "Checkpointer",
+    "FlatAdam",
+    "FlatParameters",
     "NonFiniteError",
     "NonFiniteGuard",
     "Progress",

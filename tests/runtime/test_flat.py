@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ac_extensions.modules import FlatAdam, FlatParameters
+from ac_extensions.runtime import FlatAdam, FlatParameters
 
 
 def _net() -> nn.Module:
