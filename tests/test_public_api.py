@@ -23,6 +23,7 @@ def test_all_is_sorted_and_complete():
             functional.trust_region,
             functional.distributional,
             functional.ppo,
+            functional.reactor,
         )
         for name in module.__all__
     }

@@ -19,6 +19,8 @@ Index:
   :func:`trust_region_loss`, :func:`categorical_kl_gradient`, :func:`normal_kl_gradient`.
 - :mod:`.distributional`: :func:`categorical_projection`,
   :func:`distributional_retrace_targets`, :func:`total_variation`.
+- :mod:`.reactor`: Reactor's critic, :func:`reactor_critic_targets` (the distributional or
+  scalar Retrace target from the target network) and :func:`reactor_critic_loss`.
 - :mod:`.acer`: discrete ACER on plain tensors, :func:`categorical_q_retrace` (Q^ret from π and
   Q) and :func:`categorical_acer_losses` (critic, Eq. 9 policy gradient, entropy, trust region).
 - :mod:`.masks`: ``masked_mean`` (means over the valid steps of padded windows).
@@ -51,6 +53,7 @@ from ac_extensions.functional.policy_gradients import (
     truncated_is_policy_loss,
 )
 from ac_extensions.functional.ppo import standardize_advantage
+from ac_extensions.functional.reactor import reactor_critic_loss, reactor_critic_targets
 from ac_extensions.functional.trust_region import (
     categorical_kl_gradient,
     normal_kl_gradient,
@@ -72,6 +75,8 @@ __all__ = [
     "importance_ratio",
     "normal_kl_gradient",
     "opc_trace",
+    "reactor_critic_loss",
+    "reactor_critic_targets",
     "retrace_targets",
     "retrace_trace",
     "sampled_bias_correction_loss",

@@ -577,40 +577,23 @@ class ReactorLoss(LossModule):
                     True,
                 )
             next_probs = next_logits.softmax(-1)  # π(·|x_{t+1}), current policy   [*B, T, A]
-            ratio = (log_probs.gather(-1, action) - log_mu.to(dtype)).exp()  # ρ_t   [*B, T, 1]
-            trace = F.retrace_trace(ratio, self.lmbda)  # c_t = λ min(1, ρ_t)
-            if self.distributional:
-                atoms_now, atoms_next = target_now.softmax(-1), target_next.softmax(-1)
-                index = action.unsqueeze(-1).expand(*action.shape[:-1], 1, support.shape[0])
-                chosen = atoms_now.gather(-2, index).squeeze(-2)  # q̄(x_t, a_t, ·)  [*B, T, N]
-                expected = (next_probs.unsqueeze(-1) * atoms_next).sum(-2)  # Σ_a π q̄  [*B, T, N]
-                target = F.distributional_retrace_targets(
-                    reward, chosen, expected, trace, done, terminated, self.gamma, support
-                )  # q*_t                                                        [*B, T, N]
-                corrected_return = (target * support).sum(-1, keepdim=True)  # Σ_i z_i q*_i
-            else:
-                probs_now = probs.detach()
-                target = F.retrace_targets(
-                    reward,
-                    target_now.gather(-1, action),  # Q̄(x_t, a_t)
-                    (probs_now * target_now).sum(-1, keepdim=True),  # V̄(x_t)
-                    (next_probs * target_next).sum(-1, keepdim=True),  # V̄(x_{t+1})
-                    trace,
-                    done,
-                    terminated,
-                    self.gamma,
-                )  # G_t                                                         [*B, T, 1]
-                corrected_return = target
-        if self.distributional:
-            index = action.unsqueeze(-1).expand(*action.shape[:-1], 1, support.shape[0])
-            chosen_log_q = critic.log_softmax(-1).gather(-2, index).squeeze(-2)  # [*B, T, N]
-            critic_loss = -(target * chosen_log_q).sum(-1, keepdim=True)  # −Σ_i q*_i log q_i
-            q = (critic.softmax(-1) * support).sum(-1)  # Q(x_t, ·) = E[Z]            [*B, T, A]
-            chosen_distribution = chosen_log_q.detach().exp()  # q(x_t, a_t, ·)   [*B, T, N]
-        else:
-            q = critic
-            critic_loss = 0.5 * (corrected_return - q.gather(-1, action)).pow(2)  # ½(G − Q)²
-            chosen_distribution = None
+            target, corrected_return, ratio = F.reactor_critic_targets(
+                log_probs,
+                target_now,
+                next_probs,
+                target_next,
+                action,
+                log_mu,
+                reward,
+                done,
+                terminated,
+                self.gamma,
+                self.lmbda,
+                support if self.distributional else None,
+            )  # q*_t [*B, T, N] or G_t [*B, T, 1]; Σ_i z_i q*_i [*B, T, 1]; ρ_t [*B, T, 1]
+        critic_loss, q, chosen_distribution = F.reactor_critic_loss(
+            critic, target, action, support if self.distributional else None
+        )  # [*B, T, 1]; Q(x_t, ·) [*B, T, A]; q(x_t, a_t, ·) [*B, T, N] or None
         return _Terms(
             td=tensordict,
             probs=probs,
