@@ -13,6 +13,13 @@ over the median of the baseline's.
 Writes ``benchmarks/results/train_fps.{md,json}``; finished runs are kept under
 ``benchmarks/results/train_fps/`` (not committed) and skipped when the script runs again with
 the same baseline.
+
+Each case also says whether the two codes learned the same curve (the ``train/return_window``
+log of the first repeat, value for value), and ``--threshold-seeds`` adds frames to CartPole's
+475 with each algorithm's default budget, per seed, for both codes:
+
+    python benchmarks/train_fps.py --baseline 72ae20e --threshold-seeds 1 2 3 \
+        --threshold-algorithms ppo a2c
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -57,17 +65,50 @@ def steady_fps(run: Path, algorithm: str) -> float:
     return (end[0] - start[0]) / (end[1] - start[1])
 
 
-def run_once(code: Path, algorithm: str, env: str, out: Path) -> float:
-    """One ``ac-train`` run with the package found under ``code``; its steady-state fps."""
-    frames, extra = CASES[(algorithm, env)]
+def curve(run: Path, algorithm: str) -> list[tuple[float, float]]:
+    """The run's ``train/return_window`` log as (frames, value) pairs."""
+    path = run / "logs" / algorithm / "scalars" / "train" / "return_window.csv"
+    with path.open() as f:
+        return [(float(frames), float(value)) for frames, value in csv.reader(f)]
+
+
+def same_curve(a: list, b: list) -> str:
+    """Say "yes" when two curves are equal value for value, else where they part."""
+    for (frames, x), (_, y) in zip(a, b, strict=False):
+        if x != y:
+            return f"no (from frame {frames:,.0f})"
+    return "yes" if len(a) == len(b) else "no (lengths differ)"
+
+
+def train(code: Path, algorithm: str, env: str, out: Path, args: list[str]) -> None:
+    """One ``ac-train`` run with the package found under ``code``."""
     command = [sys.executable, "-m", "ac_extensions.cli.train", algorithm, "--env", env]
-    command += ["--frames", str(frames), "--seed", "1", "--out", str(out), *extra]
+    command += ["--out", str(out), *args]
     environ = dict(os.environ, PYTHONPATH=str(code))
     subprocess.run(command, check=True, env=environ, stdout=subprocess.DEVNULL, cwd=code)
+
+
+def run_once(code: Path, algorithm: str, env: str, out: Path) -> float:
+    """One fps case run with the package found under ``code``; its steady-state fps."""
+    frames, extra = CASES[(algorithm, env)]
+    train(code, algorithm, env, out, ["--frames", str(frames), "--seed", "1", *extra])
     return steady_fps(out, algorithm)
 
 
-def measure(baseline: str, cases: list[tuple[str, str]], repeats: int) -> dict:
+def frames_to_threshold(code: Path, algorithm: str, seed: int, out: Path) -> float | None:
+    """Frames to CartPole's 475 in a default ``ac-train`` run (None: not reached)."""
+    summary = out / "summary.json"
+    if not summary.is_file() or not json.loads(summary.read_text())["complete"]:
+        train(code, algorithm, "CartPole-v1", out, ["--seed", str(seed)])
+    return json.loads(summary.read_text())["frames_to_threshold"]
+
+
+def measure(
+    baseline: str,
+    cases: list[tuple[str, str]],
+    repeats: int,
+    threshold: tuple[list[str], list[int]] = ((), ()),
+) -> dict:
     """Measure every case with the baseline's code and this tree's, alternating."""
     sha = subprocess.run(
         ["git", "rev-parse", "--short", baseline],
@@ -76,7 +117,7 @@ def measure(baseline: str, cases: list[tuple[str, str]], repeats: int) -> dict:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    results: dict = {"baseline": sha, "cases": {}}
+    results: dict = {"baseline": sha, "cases": {}, "threshold": {}}
     with tempfile.TemporaryDirectory() as tmp:
         worktree = Path(tmp) / "baseline"
         subprocess.run(
@@ -100,7 +141,17 @@ def measure(baseline: str, cases: list[tuple[str, str]], repeats: int) -> dict:
                             done.write_text(json.dumps({"fps": fps}) + "\n")
                         row[label].append(fps)
                         print(f"{name} {label} #{repeat}: {fps:,.0f} fps", flush=True)
+                runs = [RUNS / sha / label / f"{name}-0" for label in ("baseline", "current")]
+                row["same_curve"] = same_curve(*(curve(run, algorithm) for run in runs))
                 results["cases"][f"{algorithm} {env}"] = row
+            for algorithm in threshold[0]:
+                row = {"baseline": [], "current": []}
+                for seed in threshold[1]:
+                    for label, code in (("baseline", worktree), ("current", ROOT)):
+                        out = RUNS / sha / label / f"{algorithm}-475-seed{seed}"
+                        row[label].append(frames_to_threshold(code, algorithm, seed, out))
+                        print(f"{algorithm} seed {seed} {label}: {row[label][-1]}", flush=True)
+                results["threshold"][algorithm] = row
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT)
     return results
@@ -115,16 +166,43 @@ def table(results: dict) -> str:
         "Steady-state fps (middle to end of each run), median of the repeats, one run at a "
         "time on this machine; ratio = this code / baseline.",
         "",
-        "| algorithm | env | baseline fps | this code fps | ratio |",
-        "|---|---|---|---|---|",
+        "| algorithm | env | baseline fps | this code fps | ratio | same curve |",
+        "|---|---|---|---|---|---|",
     ]
     for case, row in results["cases"].items():
         algorithm, env = case.split(" ", 1)
         before, after = statistics.median(row["baseline"]), statistics.median(row["current"])
         lines.append(
-            f"| {algorithm} | {env} | {before:,.0f} | {after:,.0f} | {after / before:.2f}x |"
+            f"| {algorithm} | {env} | {before:,.0f} | {after:,.0f} | {after / before:.2f}x "
+            f"| {row['same_curve']} |"
         )
+    if results["threshold"]:
+        lines += [
+            "",
+            "Frames to CartPole-v1's 475 (mean of the last 20 returns) with each algorithm's "
+            "default budget, per seed (— : not reached):",
+            "",
+            "| algorithm | seeds | baseline | this code | median baseline | median this code |",
+            "|---|---|---|---|---|---|",
+        ]
+        for algorithm, row in results["threshold"].items():
+            cells = [", ".join(_frames(v) for v in row[k]) for k in ("baseline", "current")]
+            medians = [_frames(_median(row[k])) for k in ("baseline", "current")]
+            lines.append(
+                f"| {algorithm} | {len(row['current'])} | {cells[0]} | {cells[1]} | "
+                f"{medians[0]} | {medians[1]} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _median(values: list) -> float | None:
+    """The median, counting a run that never reached the threshold as infinitely long."""
+    value = statistics.median(math.inf if v is None else v for v in values)
+    return None if math.isinf(value) else value
+
+
+def _frames(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
 
 
 def main() -> None:
@@ -134,9 +212,12 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="+", default=["ppo", "a2c", "acer", "reactor"])
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "MinAtar/Breakout-v1"])
     parser.add_argument("--name", default="train_fps", help="result files' name")
+    parser.add_argument("--threshold-seeds", type=int, nargs="*", default=[])
+    parser.add_argument("--threshold-algorithms", nargs="*", default=["ppo", "a2c"])
     args = parser.parse_args()
     cases = [(a, e) for e in args.envs for a in args.algorithms if (a, e) in CASES]
-    results = measure(args.baseline, cases, args.repeats)
+    threshold = (args.threshold_algorithms if args.threshold_seeds else [], args.threshold_seeds)
+    results = measure(args.baseline, cases, args.repeats, threshold)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     write_markdown(RESULTS / f"{args.name}.md", table(results))
     print(table(results))

@@ -1,14 +1,25 @@
-"""Helpers shared by the losses that train on replayed sequences ``[*B, T]`` (ACER, Reactor)."""
+"""What the losses on replayed sequences ``[*B, T]`` share: ACER, continuous ACER, Reactor.
+
+:class:`ReplayedSequenceLoss` is their base: each loss reads prepare (:meth:`~ReplayedSequenceLoss.
+_prepare`: input checks, a single sequence as a batch of one, burn-in, padding) → network
+outputs (at x_t, and at x_{t+1} with :func:`next_step_outputs` or a joint pass) → targets and
+losses from :mod:`ac_extensions.functional`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.modules import GRUModule, LSTMModule, set_recurrent_mode
+from torchrl.objectives import LossModule
+
+from ac_extensions.modules import recurrent_in_keys
+from ac_extensions.objectives._sequence import valid_mask
 
 
 def is_recurrent(*networks: torch.nn.Module | None) -> bool:
@@ -315,3 +326,66 @@ def burn_in(
         hidden.select(time_dim, 0).copy_(torch.where(keep, stored.select(time_dim, 0), warm))
         rest.set(key, hidden)
     return rest
+
+
+@dataclass
+class PreparedSequences:
+    """A loss's input after :meth:`ReplayedSequenceLoss._prepare`."""
+
+    td: TensorDictBase  # [B, T]: burned-in, traces cut at padding (a [T] input as [1, T])
+    mask: Tensor | None  # the valid (unpadded) steps, bool [B, T]; None: every step
+    single: bool  # the input was one sequence [T]
+
+
+class ReplayedSequenceLoss(LossModule):
+    """Base of the losses on replayed sequences: the steps before their math, in one place.
+
+    Subclasses call :meth:`_init_sequences` in ``__init__``, implement :meth:`_check_input`
+    (and :meth:`_run_networks` when they take ``burn_in``), and start ``forward`` with
+    :meth:`_prepare`.
+    """
+
+    burn_in: int = 0
+    """Recurrent networks: the first ``burn_in`` steps of each sequence only warm the memories
+    up (:func:`burn_in`); the losses see the other T − ``burn_in``."""
+
+    def _init_sequences(self, networks: Sequence[nn.Module | None], burn_in: int = 0) -> None:
+        """Record the networks' recurrence and check ``burn_in`` (an int, 0 unless recurrent)."""
+        self._recurrent = is_recurrent(*networks)
+        if type(burn_in) is not int or burn_in < 0 or (burn_in and not self._recurrent):
+            raise ValueError(
+                f"burn_in must be an int >= 0, and > 0 only with a recurrent network; got "
+                f"{burn_in!r} (recurrent: {self._recurrent})"
+            )
+        self.burn_in = burn_in
+        self._recurrent_keys = recurrent_in_keys(*networks)
+        self._hidden_keys = [k for k in self._recurrent_keys if k != "is_init"]
+
+    def _check_input(self, tensordict: TensorDictBase) -> None:
+        """Raise for a bad input (naming the key, the expected and the actual shape)."""
+        raise NotImplementedError
+
+    def _run_networks(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Everything the current networks write (burn-in reads their new hidden states)."""
+        raise NotImplementedError
+
+    def _prepare(self, tensordict: TensorDictBase) -> PreparedSequences:
+        """Check the input, make a [T] input [1, T], burn in, and cut the traces at padding.
+
+        Padded steps (``("collector", "mask")``, see :func:`valid_mask`) end the traces, so that
+        no target reads past a row's last valid step (:func:`cut_traces_at_padding`).
+        """
+        if tensordict.batch_dims == 0:
+            raise ValueError(f"{type(self).__name__}: the input needs a batch shape [T] or [B, T]")
+        time = tensordict.batch_size[-1]
+        if self.burn_in and not self.burn_in < time:
+            raise ValueError(f"burn-in needs 0 <= steps < T = {time}, got steps = {self.burn_in}")
+        self._check_input(tensordict)
+        single = tensordict.batch_dims == 1
+        if single:
+            tensordict = tensordict.unsqueeze(0)
+        if self.burn_in:
+            tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
+        mask = valid_mask(self, tensordict)
+        tensordict = cut_traces_at_padding(tensordict, mask, self.tensor_keys.done)
+        return PreparedSequences(tensordict, mask, single)

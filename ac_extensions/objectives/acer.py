@@ -10,28 +10,23 @@ from tensordict import TensorDict, TensorDictBase, TensorDictParams
 from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
 from torch import Tensor
-from torchrl.objectives import LossModule
 from torchrl.objectives.utils import dispatch_value_estimator
 
 import ac_extensions.functional as F
-from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
+    ReplayedSequenceLoss,
     assemble_next,
-    burn_in,
     check_sequence_batch,
-    cut_traces_at_padding,
-    is_recurrent,
     joint_inputs,
     next_step_outputs,
     next_step_plan,
     run_under,
     split_joint,
 )
-from ac_extensions.objectives._sequence import valid_mask
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
 
-class ACERLoss(LossModule):
+class ACERLoss(ReplayedSequenceLoss):
     """ACER: Retrace critic, truncated IS with bias correction, efficient trust region.
 
     Input: sequences ``[B, T]`` (or ``[T]``), fresh or replayed, holding ``observation``,
@@ -154,16 +149,7 @@ class ACERLoss(LossModule):
         self._tensor_keys = self._AcceptedKeys()
         # The average policy is the actor's target parameters (kept by SoftUpdate).
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
-        self._recurrent = is_recurrent(actor_network, qvalue_network)
-        if burn_in < 0 or (burn_in and not self._recurrent):
-            raise ValueError(
-                f"burn_in must be >= 0, and > 0 only with a recurrent network; got {burn_in} "
-                f"(recurrent: {self._recurrent})"
-            )
-        self.burn_in = burn_in
-        self._hidden_keys = [
-            k for k in recurrent_in_keys(actor_network, qvalue_network) if k != "is_init"
-        ]
+        self._init_sequences((actor_network, qvalue_network), burn_in)
         self._shared_head = qvalue_network is None
         if not self._shared_head:
             self.convert_to_functional(qvalue_network, "qvalue_network")
@@ -304,11 +290,9 @@ class ACERLoss(LossModule):
             f"[*B, T, A]: one Q value per action of the policy"
         )
 
-    def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
+    def _check_input(self, tensordict: TensorDictBase) -> None:
         keys, batch = self.tensor_keys, tensordict.batch_size
         name = type(self).__name__
-        if len(batch) == 0:
-            raise ValueError(f"{name}: the input needs a batch shape [T] or [B, T]")
         required = [
             keys.action,
             keys.behavior_logits,
@@ -354,7 +338,6 @@ class ACERLoss(LossModule):
                 f"{int((taken == -math.inf).sum())} steps ({keys.behavior_logits!r}, shape "
                 f"{list(behavior.shape)}): the data cannot come from that policy"
             )
-        return action.unsqueeze(-1), behavior_log_probs
 
     def _outputs(self, tensordict: TensorDictBase) -> tuple[Tensor, ...]:
         """Network outputs through the TensorDict wrappers, each [*B, T, A].
@@ -440,16 +423,10 @@ class ACERLoss(LossModule):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the ACER losses for a batch of sequences."""
         keys = self.tensor_keys
-        # Burn-in (R2D2): the first steps only warm the memory up; the losses see the rest.
-        tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
-        action, behavior_log_probs = self._validate(tensordict)  # [*B, T, 1], [*B, T, A]
-        if tensordict.batch_dims == 1:  # a single sequence [T]
-            tensordict = tensordict.unsqueeze(0)
-            action, behavior_log_probs = action.unsqueeze(0), behavior_log_probs.unsqueeze(0)
-        # Padded steps end the traces: no target reads past a row's last valid step.
-        mask = valid_mask(self, tensordict)  # [*B, T] or None
-        tensordict = cut_traces_at_padding(tensordict, mask, keys.done)
-
+        prepared = self._prepare(tensordict)  # checked, [B, T], burned in, cut at padding
+        tensordict, mask = prepared.td, prepared.mask
+        action = tensordict.get(keys.action).unsqueeze(-1)  # a_t                 [B, T, 1]
+        behavior_log_probs = tensordict.get(keys.behavior_logits).log_softmax(-1)  # [B, T, A]
         logits, q, average_logits, next_logits, next_q = self._outputs(tensordict)
         q_ret = self._q_ret(tensordict, action, behavior_log_probs, logits, q, next_logits, next_q)
         out = F.categorical_acer_losses(

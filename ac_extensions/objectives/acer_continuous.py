@@ -12,16 +12,13 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 from torch.distributions import Independent, Normal
 from torchrl.modules import IndependentNormal, set_recurrent_mode
-from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
 from ac_extensions.functional.masks import masked_mean
-from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
-    burn_in,
+    PreparedSequences,
+    ReplayedSequenceLoss,
     check_sequence_batch,
-    cut_traces_at_padding,
-    is_recurrent,
     next_step_outputs,
 )
 from ac_extensions.objectives._sequence import valid_mask
@@ -34,7 +31,7 @@ def _gaussian(loc: Tensor, scale: Tensor) -> Independent:
     return Independent(Normal(loc, scale, validate_args=False), 1, validate_args=False)
 
 
-class ContinuousACERLoss(LossModule):
+class ContinuousACERLoss(ReplayedSequenceLoss):
     """Continuous-action ACER: SDN critic, Q^ret / Q^opc, sampled bias correction, trust region.
 
     Wang et al., 2017, arXiv:1611.01224v2, §5 (continuous actor critic with experience replay)
@@ -246,15 +243,7 @@ class ContinuousACERLoss(LossModule):
         # The average policy π_avg is the actor's target parameters (kept by SoftUpdate).
         self.convert_to_functional(actor_network, "actor_network", create_target_params=True)
         self.convert_to_functional(critic_network, "critic_network")
-        self._recurrent = is_recurrent(actor_network, critic_network)
-        if type(burn_in) is not int or burn_in < 0 or (burn_in and not self._recurrent):
-            raise ValueError(
-                f"burn_in must be an int >= 0, and > 0 only with a recurrent network; got "
-                f"{burn_in!r} (recurrent: {self._recurrent})"
-            )
-        self.burn_in = burn_in
-        self._recurrent_keys = recurrent_in_keys(actor_network, critic_network)
-        self._hidden_keys = [k for k in self._recurrent_keys if k != "is_init"]
+        self._init_sequences((actor_network, critic_network), burn_in)
         self.gamma = gamma
         self.truncation_threshold = truncation_threshold
         self.trust_region_delta = trust_region_delta
@@ -374,10 +363,8 @@ class ContinuousACERLoss(LossModule):
         return next_value
 
     # ------------------------------------------------------------------ validation
-    def _validate(self, tensordict: TensorDictBase) -> None:
+    def _check_input(self, tensordict: TensorDictBase) -> None:
         """Check keys, shapes and values of the input or raise (naming key, expected, actual)."""
-        if tensordict.batch_dims == 0:
-            raise ValueError(f"{type(self).__name__}: the input needs a batch shape [T] or [B, T]")
         self._validate_keys(tensordict)
         keys = self.tensor_keys
         check_sequence_batch(type(self).__name__, tensordict, (keys.done, keys.terminated))
@@ -532,26 +519,21 @@ class ContinuousACERLoss(LossModule):
             "value_target": value_target,
         }
 
-    def _prepare(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, bool]:
-        """Validate, add B to a single sequence [T], then burn in (R2D2) if asked."""
-        self._validate(tensordict)
-        single = tensordict.batch_dims == 1  # a single sequence [T]
-        tensordict = tensordict.unsqueeze(0) if single else tensordict
-        if self.burn_in:  # the first steps only warm the memories up; the losses see the rest
-            tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
-        # Padded steps end the traces: no target reads past a row's last valid step; their
-        # behavior statistics (zeros from split_trajectories) become N(0, 1), so that no NaN
-        # arises there (µ's density is never used at a padded step).
-        mask = valid_mask(self, tensordict)
-        tensordict = cut_traces_at_padding(tensordict, mask, self.tensor_keys.done)
-        if mask is not None:
+    def _prepare(self, tensordict: TensorDictBase) -> PreparedSequences:
+        """The shared preparation; padded steps' behavior statistics become N(0, 1).
+
+        Zeros from ``split_trajectories`` at padded steps would give NaN densities; µ's density
+        is never used there.
+        """
+        prepared = super()._prepare(tensordict)
+        if prepared.mask is not None:
             keys = self.tensor_keys
-            padded = ~mask.unsqueeze(-1)  # [*B, T, 1]
-            tensordict = tensordict.clone(recurse=False)
+            padded = ~prepared.mask.unsqueeze(-1)  # [B, T, 1]
+            td = prepared.td.clone(recurse=False)
             for key, fill in ((keys.behavior_loc, 0.0), (keys.behavior_scale, 1.0)):
-                value = tensordict.get(key)
-                tensordict.set(key, value.masked_fill(padded, fill))
-        return tensordict, single
+                td.set(key, td.get(key).masked_fill(padded, fill))
+            prepared.td = td
+        return prepared
 
     def targets(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The per-step quantities the loss builds its targets from (detached).
@@ -570,9 +552,9 @@ class ContinuousACERLoss(LossModule):
             as a :meth:`forward` call, these are the values that call used.
         """
         with set_recurrent_mode(True):
-            prepared, single = self._prepare(tensordict)
+            prepared = self._prepare(tensordict)
             with torch.no_grad():
-                step = self._step_targets(prepared)
+                step = self._step_targets(prepared.td)
         out = TensorDict(
             {
                 "ratio": step["ratio"],
@@ -584,14 +566,14 @@ class ContinuousACERLoss(LossModule):
                 "q_opc": step["q_opc"],
                 "value_target": step["value_target"],
             },
-            batch_size=prepared.batch_size,
+            batch_size=prepared.td.batch_size,
         )
-        return out[0] if single else out
+        return out[0] if prepared.single else out
 
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the continuous ACER losses for a batch of sequences."""
-        tensordict, _ = self._prepare(tensordict)
+        tensordict = self._prepare(tensordict).td
         step = self._step_targets(tensordict)
         policy, behavior, value = step["policy"], step["behavior"], step["value"].detach()
         loc, scale, ratio = step["loc"], step["scale"], step["ratio"]

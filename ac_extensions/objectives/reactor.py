@@ -11,16 +11,13 @@ from tensordict.nn import TensorDictModule
 from tensordict.utils import NestedKey
 from torch import Tensor
 from torchrl.modules import set_recurrent_mode
-from torchrl.objectives import LossModule
 
 import ac_extensions.functional as F
 from ac_extensions.functional.masks import masked_mean
-from ac_extensions.modules import recurrent_in_keys
 from ac_extensions.objectives._replay import (
+    ReplayedSequenceLoss,
     assemble_next,
     check_sequence_batch,
-    cut_traces_at_padding,
-    is_recurrent,
     joint_inputs,
     next_step_outputs,
     next_step_plan,
@@ -49,7 +46,7 @@ class _Terms:
     chosen_distribution: Tensor | None  # q(x_t, a_t, ·), online, detached [*B, T, N]; ND: None
 
 
-class ReactorLoss(LossModule):
+class ReactorLoss(ReplayedSequenceLoss):
     """Reactor: distributional Retrace critic with a target network and β-LOO policy gradient.
 
     Input: replayed sequences ``[B, T]`` (or one sequence ``[T]``) holding the network inputs
@@ -261,8 +258,7 @@ class ReactorLoss(LossModule):
             )
         self._tensor_keys = self._AcceptedKeys()
         self._shared_head = critic_network is None
-        self._recurrent = is_recurrent(actor_network, critic_network)
-        self._recurrent_keys = recurrent_in_keys(actor_network, critic_network)
+        self._init_sequences((actor_network, critic_network))
         # The bootstrap comes from a target copy of the critic (of the shared net if shared).
         self.convert_to_functional(
             actor_network, "actor_network", create_target_params=self._shared_head
@@ -463,11 +459,8 @@ class ReactorLoss(LossModule):
             if tensordict.get(key, None) is None:
                 self._fail_missing(tensordict, key, why)
 
-    def _validate(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Check the input; return a_t and log µ(a_t|x_t), [*B, T, 1] each."""
+    def _check_input(self, tensordict: TensorDictBase) -> None:
         keys, batch, name = self.tensor_keys, tensordict.batch_size, type(self).__name__
-        if len(batch) == 0:
-            raise ValueError(f"{name}: the input needs a batch shape [T] or [B, T]")
         self._check_keys(tensordict)
         check_sequence_batch(name, tensordict, (keys.done, keys.terminated))
         action = tensordict.get(keys.action)
@@ -502,7 +495,6 @@ class ReactorLoss(LossModule):
                 f"{name}: ('next', {keys.reward!r}) (shape {list(reward.shape)}) has "
                 f"{int((~torch.isfinite(reward)).sum())} non-finite entries"
             )
-        return action.unsqueeze(-1), log_mu
 
     def _check_outputs(self, batch: torch.Size, logits: Tensor, critic: Tensor, action) -> None:
         name, keys = type(self).__name__, self.tensor_keys
@@ -527,14 +519,11 @@ class ReactorLoss(LossModule):
     def _terms(self, tensordict: TensorDictBase) -> _Terms:
         """Every per-step quantity of the losses; the targets are detached."""
         keys = self.tensor_keys
-        action, log_mu = self._validate(tensordict)  # [*B, T, 1] each
-        if tensordict.batch_dims == 1:  # a single sequence [T]
-            tensordict = tensordict.unsqueeze(0)
-            action, log_mu = action.unsqueeze(0), log_mu.unsqueeze(0)
-        # Padded steps end the traces: no target or priority reads past the last valid step.
-        tensordict = cut_traces_at_padding(tensordict, valid_mask(self, tensordict), keys.done)
+        tensordict = self._prepare(tensordict).td  # checked, [B, T], traces cut at padding
         nxt = tensordict.get("next")
         batch = tensordict.batch_size
+        action = tensordict.get(keys.action).unsqueeze(-1)  # a_t                 [B, T, 1]
+        log_mu = tensordict.get(keys.sample_log_prob).reshape(*batch, 1)  # log µ(a_t|x_t)
         if self._recurrent:
             logits, critic, online_pass = self._online(tensordict)
         else:  # one pass over x_t and the next observations not in the window (joint_inputs)

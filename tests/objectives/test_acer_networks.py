@@ -217,6 +217,6 @@ def test_burn_in_bad_input():
     td = sequences((2, 7))
     with pytest.raises(ValueError, match="T = 7"):
         loss(td)
-    loss.burn_in = 3
-    with pytest.raises(KeyError, match="is_init"):
+    loss.burn_in = 3  # no stored recurrent state in the input
+    with pytest.raises(KeyError, match="has no key 'recurrent_state'"):
         loss(td)
