@@ -49,7 +49,8 @@ PHASES = ("sample", "loss forward", "backward", "optimizer step", "priorities + 
 def fill(config, loss, replay, frames: int) -> None:
     from torchrl.collectors import Collector
 
-    from ac_extensions.recipes.reactor import make_env, store
+    from ac_extensions.recipes.reactor import make_env
+    from ac_extensions.runtime import store_sequences
 
     keys = list(dict.fromkeys(loss.in_keys))
     actor = loss.actor_network
@@ -59,7 +60,7 @@ def fill(config, loss, replay, frames: int) -> None:
     sequences = 0
     for batch in collector:
         batch = batch.reshape(-1, batch.shape[-1])
-        sequences += store(replay, batch, keys, sequences, config.reward_scale)
+        sequences += len(store_sequences(replay, batch, keys, sequences, config.reward_scale))
         if len(replay) >= frames:
             break
     collector.shutdown()

@@ -18,7 +18,6 @@ The plumbing (collector supervision, checkpoints, non-finite guards, progress) l
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -32,16 +31,11 @@ from ac_extensions.objectives import SequenceA2CLoss
 from ac_extensions.runtime import (
     Checkpointer,
     FlatParameters,
-    NonFiniteGuard,
-    Progress,
     collector_metrics,
     finished_returns,
-    resume,
-    start_collector,
-    stop_collector,
-    training_state,
 )
 from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.on_policy import (
     compute_advantages,
     evaluate,
@@ -130,33 +124,18 @@ def train(
     Checkpoints and faults as in :func:`ac_extensions.recipes.ppo.train`.
     """
     config = config or A2CConfig()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = seed_run(config)
     actor, critic, loss_module, optimizer, flat = build(config)
-    num_batches = math.ceil(config.frames / config.batch_frames)
-    progress = Progress(config.return_window)
-    counters = resume(checkpoint, loss_module, optimizer, progress, generator)
-    done = counters.get("batches", 0)
-    guard = NonFiniteGuard(config.max_nonfinite_updates)
-    guard.load_state_dict(counters)
-    if done >= num_batches:
+    run = Run(config, loss_module, optimizer, checkpoint, generator=generator)
+    if run.finished:
         return
-    collector = start_collector(
-        config,
-        partial(make_env, config),
-        collection_policy(actor, critic),
-        frames=config.frames - progress.frames,
-        seed=config.seed + done,
-        asynchronous=config.async_collection,
-    )
-    try:
+    guard, num_batches = run.guard, run.num_batches
+    policy = collection_policy(actor, critic)
+    with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
-        for iteration, batch in enumerate(collector, start=done):
+        for iteration, batch in run.batches(collector):
             # 1. Collect: [W·E, T] (async: one worker's [E, T]).
             collect_time = time.perf_counter() - collect_start
-            batch = batch.reshape(-1, batch.shape[-1])
             frames = batch.numel()
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
@@ -190,7 +169,7 @@ def train(
             collector.update_policy_weights_()
             update_time = time.perf_counter() - update_start
             metrics = {f"train/{k}": v for k, v in logs.items()}
-            metrics |= progress.update(frames, returns) | guard.metrics()
+            metrics |= run.progress.update(frames, returns) | guard.metrics()
             metrics |= versions | {
                 "train/lr": lr,
                 "time/collect": collect_time,
@@ -200,20 +179,8 @@ def train(
                 evaluation = evaluate(actor, config, config.eval_episodes)
                 metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
             yield metrics
-            if checkpoint is not None:
-                state = partial(
-                    training_state,
-                    loss_module,
-                    optimizer,
-                    progress,
-                    generator,
-                    batches=iteration + 1,
-                    **guard.state_dict(),
-                )
-                checkpoint.maybe_save(iteration + 1, state, final=iteration + 1 == num_batches)
+            run.save(iteration)
             collect_start = time.perf_counter()
-    finally:
-        stop_collector(collector)
 
 
 __all__ = ["A2CConfig", "build", "make_env", "train"]

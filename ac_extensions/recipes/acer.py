@@ -41,20 +41,15 @@ from ac_extensions.modules import (
 )
 from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
 from ac_extensions.runtime import (
+    SEQUENCE_KEY,
     Checkpointer,
-    NonFiniteGuard,
-    Progress,
     ReplayFeed,
     close_replay,
     collector_metrics,
     finished_returns,
-    label_sequences,
     make_replay_buffer,
     replay_uint8_keys,
-    resume,
-    start_collector,
-    stop_collector,
-    training_state,
+    store_sequences,
 )
 from ac_extensions.runtime.config import RunConfig
 from ac_extensions.runtime.envs import (
@@ -65,6 +60,7 @@ from ac_extensions.runtime.envs import (
     observation_size,
     torso_for,
 )
+from ac_extensions.runtime.loop import Run, seed_run
 
 
 @dataclass(frozen=True)
@@ -387,8 +383,6 @@ CONTINUOUS_REPLAY_KEYS = (
 """What a continuous-action step keeps: µ's Gaussian statistics, since the bias correction
 evaluates µ at fresh actions a' ∼ π (Wang et al., 2017, arXiv:1611.01224v2, §5); ``action``
 is the unclipped sample (shape [..., d])."""
-SEQUENCE_KEY = ("replay", "sequence")
-"""Per-row sequence id written before storage: the ``SliceSampler``'s trajectory key."""
 
 
 def make_replay(config: ACERConfig) -> ReplayBuffer:
@@ -418,23 +412,6 @@ def make_replay(config: ACERConfig) -> ReplayBuffer:
     )
 
 
-def store(config: ACERConfig, batch, first_sequence: int, replay, keys, normalizer):
-    """Take a fresh batch ``[W·E, T]`` in: observation statistics, sequence labels, replay.
-
-    The normalizer (if any) merges the batch's raw observations first; the local backend then
-    labels each row as one sequence (ids from ``first_sequence`` on), scales the rewards and
-    extends the replay; with the Ray backend the collector actors did that, and only the keys
-    the loss reads are kept. Returns the batch the on-policy update uses.
-    """
-    if normalizer is not None:
-        normalizer.update(batch["observation"])  # raw: what the replay keeps
-    if config.backend != "local":  # labelled, scaled and stored by the collector actors
-        return batch.select(*keys, SEQUENCE_KEY)
-    batch = label_sequences(batch, keys, first_sequence, config.reward_scale, SEQUENCE_KEY)
-    replay.extend(batch.reshape(-1))
-    return batch
-
-
 def statistics(normalizer: ObservationNormalizer | None) -> dict[str, Any]:
     """What a checkpoint keeps of the observation statistics (``{}`` without a normalizer)."""
     return {} if normalizer is None else {"observation_norm": normalizer.state_dict()}
@@ -444,17 +421,6 @@ def load_statistics(normalizer: ObservationNormalizer | None, counters: Mapping)
     """Restore the observation statistics a checkpoint's counters hold (if both exist)."""
     if normalizer is not None and "observation_norm" in counters:
         normalizer.load_state_dict(counters["observation_norm"])
-
-
-def seed_and_threads(config: ACERConfig) -> torch.Generator:
-    """Apply ``config.torch_threads`` and ``config.seed``; return the replay-draw generator.
-
-    The generator (seeded with ``config.seed``) draws the Poisson number of replay updates.
-    """
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    return torch.Generator().manual_seed(config.seed)
 
 
 def train(
@@ -475,34 +441,19 @@ def train(
     stops the run before the batch in progress is checkpointed.
     """
     config = config or ACERConfig()
-    generator = seed_and_threads(config)
+    generator = seed_run(config)
     policy, loss_module, optimizer, average, normalizer = build(config)
     keys = CONTINUOUS_REPLAY_KEYS if isinstance(loss_module, ContinuousACERLoss) else REPLAY_KEYS
     replay = make_replay(config)
-    progress = Progress(config.return_window)
     # A resumed run continues from its checkpoint (the average policy is in the loss's state).
-    counters = resume(checkpoint, loss_module, optimizer, progress, generator)
-    done, sequences = counters.get("batches", 0), counters.get("sequences", 0)
-    guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
-    guard.load_state_dict(counters)
-    load_statistics(normalizer, counters)
-    if counters:
-        checkpoint.load_replay(replay)
-    num_batches = math.ceil(config.frames / config.batch_frames)
-    if done >= num_batches:
+    run = Run(config, loss_module, optimizer, checkpoint, generator=generator, replay=replay)
+    sequences, guard = run.counters.get("sequences", 0), run.guard
+    load_statistics(normalizer, run.counters)
+    if run.finished:
         close_replay(replay)
         return
     # With the Ray backend the collector actors label and store each batch themselves.
     feed = ReplayFeed(replay, keys, SEQUENCE_KEY, config.reward_scale, sequences, True)
-    collector = start_collector(
-        config,
-        partial(make_env, config),
-        policy,
-        frames=config.frames - progress.frames,
-        seed=config.seed + done,
-        feed=feed,
-        asynchronous=config.async_collection,
-    )
 
     def update(batch) -> dict[str, float]:
         batch = batch.to(config.device)  # collected and replayed on the CPU
@@ -521,17 +472,20 @@ def train(
         average.step()  # θ_avg ← α θ_avg + (1 − α) θ
         return {k: float(v.detach()) for k, v in out.items()} | {"grad_norm": float(grad_norm)}
 
-    try:
-        for iteration, batch in enumerate(collector, start=done):
-            batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
+    with run.collector(partial(make_env, config), policy, feed=feed) as collector:
+        for iteration, batch in run.batches(collector):  # [W·E, T]
             returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
             versions = collector_metrics(batch)
             rows, length = batch.shape
             # A batch with a NaN/inf observation or reward is dropped (warned, counted): not
             # stored, no updates this iteration.
             learn = guard.batch_ok(batch)
-            if learn:
-                batch = store(config, batch, sequences, replay, keys, normalizer)
+            if learn:  # the replay keeps raw observations; the statistics then merge them
+                batch = store_sequences(
+                    replay, batch, keys, sequences, config.reward_scale, config.backend
+                )
+                if normalizer is not None:
+                    normalizer.update(batch["observation"])
             sequences += rows
 
             logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()} if learn else {}
@@ -549,7 +503,7 @@ def train(
 
             yield (
                 logs
-                | progress.update(batch.numel(), returns)
+                | run.progress.update(batch.numel(), returns)
                 | {
                     "train/replay_updates": float(n_replay),
                     "train/replay_frames": float(len(replay)),
@@ -557,19 +511,4 @@ def train(
                 | guard.metrics()
                 | versions
             )
-            if checkpoint is not None:
-                state = partial(
-                    training_state,
-                    loss_module,
-                    optimizer,
-                    progress,
-                    generator,
-                    batches=iteration + 1,
-                    sequences=sequences,
-                    **guard.state_dict(),
-                    **statistics(normalizer),
-                )
-                final = iteration + 1 == num_batches
-                checkpoint.maybe_save(iteration + 1, state, replay=replay, final=final)
-    finally:
-        stop_collector(collector, replay)
+            run.save(iteration, sequences=sequences, **statistics(normalizer))

@@ -20,14 +20,11 @@ The plumbing (collector supervision, checkpoints, non-finite guards, progress) l
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
-
-import torch
 
 from ac_extensions.modules import collection_policy
 from ac_extensions.objectives import SequencePPOLoss
@@ -35,16 +32,11 @@ from ac_extensions.runtime import (
     Checkpointer,
     FlatAdam,
     FlatParameters,
-    NonFiniteGuard,
-    Progress,
     collector_metrics,
     finished_returns,
-    resume,
-    start_collector,
-    stop_collector,
-    training_state,
 )
 from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.on_policy import (
     compute_advantages,
     evaluate,
@@ -169,36 +161,21 @@ def train(  # noqa: C901 (one loop, read top to bottom)
     raises ``WorkerError``. Either stops the run before the batch in progress is checkpointed.
     """
     config = config or PPOConfig()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = seed_run(config)
     actor, critic, loss_module, optimizer, flat = build(config)
-    num_batches = math.ceil(config.frames / config.batch_frames)
-    progress = Progress(config.return_window)
-    counters = resume(checkpoint, loss_module, optimizer, progress, generator)
-    done = counters.get("batches", 0)
-    guard = NonFiniteGuard(config.max_nonfinite_updates)
-    guard.load_state_dict(counters)
-    if done >= num_batches:
+    run = Run(config, loss_module, optimizer, checkpoint, generator=generator)
+    if run.finished:
         return
-    collector = start_collector(
-        config,
-        partial(make_env, config),
-        collection_policy(actor, critic),
-        frames=config.frames - progress.frames,
-        seed=config.seed + done,
-        asynchronous=config.async_collection,
-    )
+    guard, num_batches = run.guard, run.num_batches
     keys = loss_module.tensor_keys  # what a minibatch keeps: the loss's inputs, and the mask
     inputs = {*actor.in_keys, *critic.in_keys, keys.action, keys.sample_log_prob, keys.advantage}
     inputs |= {keys.value_target, keys.value, ("collector", "mask")}
-    try:
+    policy = collection_policy(actor, critic)
+    with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
-        for iteration, batch in enumerate(collector, start=done):
+        for iteration, batch in run.batches(collector):
             # 1. Collect: [W·E, T] (async: one worker's [E, T]).
             collect_time = time.perf_counter() - collect_start
-            batch = batch.reshape(-1, batch.shape[-1])
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
@@ -253,7 +230,7 @@ def train(  # noqa: C901 (one loop, read top to bottom)
             collector.update_policy_weights_()
             update_time = time.perf_counter() - update_start
             metrics = {f"train/{k}": sum(v) / len(v) for k, v in logs.items()}
-            metrics |= progress.update(batch.numel(), returns) | guard.metrics()
+            metrics |= run.progress.update(batch.numel(), returns) | guard.metrics()
             metrics |= versions | {
                 "train/lr": lr,
                 "train/stopped_early": stopped_early,
@@ -264,20 +241,8 @@ def train(  # noqa: C901 (one loop, read top to bottom)
                 evaluation = evaluate(actor, config, config.eval_episodes)
                 metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
             yield metrics
-            if checkpoint is not None:
-                state = partial(
-                    training_state,
-                    loss_module,
-                    optimizer,
-                    progress,
-                    generator,
-                    batches=iteration + 1,
-                    **guard.state_dict(),
-                )
-                checkpoint.maybe_save(iteration + 1, state, final=iteration + 1 == num_batches)
+            run.save(iteration)
             collect_start = time.perf_counter()
-    finally:
-        stop_collector(collector)
 
 
 __all__ = ["PPOConfig", "build", "make_env", "train"]

@@ -28,7 +28,6 @@ from functools import partial
 from typing import Any, ClassVar
 
 import torch
-from tensordict import TensorDictBase
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import HardUpdate
@@ -37,27 +36,21 @@ from ac_extensions.data import PrioritizedSequenceSampler
 from ac_extensions.modules import make_reactor_actor, reactor_env_transforms
 from ac_extensions.objectives import ReactorLoss
 from ac_extensions.runtime import (
+    SEQUENCE_KEY,
     Checkpointer,
     NonFiniteGuard,
-    Progress,
     ReplayFeed,
     close_replay,
     collector_metrics,
     finished_returns,
-    label_sequences,
     make_replay_buffer,
     replay_uint8_keys,
-    resume,
-    start_collector,
-    stop_collector,
-    training_state,
+    store_sequences,
 )
 from ac_extensions.runtime.config import RunConfig
 from ac_extensions.runtime.envs import action_size, make_batched_env, torso_for
+from ac_extensions.runtime.loop import Run, seed_run
 
-SEQUENCE_KEY = ("replay", "sequence")
-"""Per-row sequence id written before storage: the sampler's trajectory key (a window never
-spans two collector rows; Retrace handles the episode ends inside a row)."""
 LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 """The loss terms summed for backward."""
 
@@ -457,24 +450,6 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def store(
-    replay: TensorDictReplayBuffer,
-    batch: TensorDictBase,
-    keys: list,
-    first_sequence: int,
-    reward_scale: float = 1.0,
-) -> int:
-    """Write a collected batch ``[R, T]`` into the replay as flat steps; return R.
-
-    Keeps ``keys`` (the loss's inputs), multiplies ``("next", "reward")`` by ``reward_scale``
-    and gives row r the sequence id ``first_sequence + r`` under :data:`SEQUENCE_KEY`, so that
-    a sampled window stays inside one row.
-    """
-    batch = label_sequences(batch, keys, first_sequence, reward_scale, SEQUENCE_KEY)
-    replay.extend(batch.reshape(-1).cpu())
-    return batch.shape[0]
-
-
 def learner_step(
     loss_module: ReactorLoss,
     optimizer: torch.optim.Optimizer,
@@ -539,52 +514,34 @@ def train(
     raises ``WorkerError``. Either stops the run before the batch in progress is checkpointed.
     """
     config = config or ReactorConfig()
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
-    torch.manual_seed(config.seed)
+    seed_run(config)  # Reactor draws from torch's global stream only
     actor, loss_module, optimizer, target = build(config)
     keys = list(dict.fromkeys(loss_module.in_keys))
     replay = make_replay(config)
-    progress = Progress(config.return_window)
     # A resumed run continues from its checkpoint (the target network is in the loss's state).
-    counters = resume(checkpoint, loss_module, optimizer, progress)
+    run = Run(config, loss_module, optimizer, checkpoint, replay=replay)
+    counters, guard = run.counters, run.guard
     if counters:
-        checkpoint.load_replay(replay)
         target.load_state_dict(counters["target"])
-    done = counters.get("batches", 0)
     sequences = counters.get("sequences", 0)
     learner_steps = counters.get("learner_steps", 0)
     target_updates = counters.get("target_updates", 0)
     owed = counters.get("owed", 0.0)  # learner steps due at the fixed acting/learning ratio
-    guard = NonFiniteGuard(config.max_nonfinite_updates)  # skips non-finite batches and steps
-    guard.load_state_dict(counters)
-    num_batches = math.ceil(config.frames / config.batch_frames)
-    if done >= num_batches:
+    if run.finished:
         close_replay(replay)
         return
     # With the Ray backend the collector actors label and store each batch themselves.
     feed = ReplayFeed(replay, tuple(keys), SEQUENCE_KEY, config.reward_scale, sequences)
-    collector = start_collector(
-        config,
-        partial(make_env, config, actor),
-        actor,
-        frames=config.frames - progress.frames,
-        seed=config.seed + done,
-        feed=feed,
-        asynchronous=config.async_collection,
-    )
     reduce = {"priority_max": max, "weight_min": min}
-    try:
-        for iteration, batch in enumerate(collector, start=done):
-            batch = batch.reshape(-1, batch.shape[-1])  # [W·E, T]
+    with run.collector(partial(make_env, config, actor), actor, feed=feed) as collector:
+        for iteration, batch in run.batches(collector):  # [W·E, T]
             returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
             # A batch with a NaN/inf observation or reward is dropped (warned, counted): not
             # stored, and its frames owe no learner steps.
             learn = guard.batch_ok(batch)
-            if learn and config.backend == "local":
-                sequences += store(replay, batch, keys, sequences, config.reward_scale)
-            else:  # dropped, or stored by the collector actors (ReplayFeed: metadata only here)
-                sequences += batch.shape[0]
+            if learn and config.backend == "local":  # Ray: the collector actors stored it
+                store_sequences(replay, batch, keys, sequences, config.reward_scale)
+            sequences += batch.shape[0]  # a dropped batch's rows use their ids too
             logs: dict[str, list[float]] = {}
             if learn and len(replay) >= config.replay_start:
                 owed += batch.numel() / config.acting_steps_per_learning_step
@@ -601,7 +558,7 @@ def train(
             means = {f"train/{k}": reduce.get(k, _mean)(v) for k, v in logs.items()}
             yield (
                 means
-                | progress.update(batch.numel(), returns)
+                | run.progress.update(batch.numel(), returns)
                 | {
                     "train/learner_steps": float(learner_steps),
                     "train/target_updates": float(target_updates),
@@ -610,21 +567,11 @@ def train(
                 | guard.metrics()
                 | collector_metrics(batch)
             )
-            if checkpoint is not None:
-                state = partial(
-                    training_state,
-                    loss_module,
-                    optimizer,
-                    progress,
-                    batches=iteration + 1,
-                    sequences=sequences,
-                    learner_steps=learner_steps,
-                    target_updates=target_updates,
-                    owed=owed,
-                    target=target.state_dict(),
-                    **guard.state_dict(),
-                )
-                final = iteration + 1 == num_batches
-                checkpoint.maybe_save(iteration + 1, state, replay=replay, final=final)
-    finally:
-        stop_collector(collector, replay)
+            run.save(
+                iteration,
+                sequences=sequences,
+                learner_steps=learner_steps,
+                target_updates=target_updates,
+                owed=owed,
+                target=target.state_dict(),
+            )

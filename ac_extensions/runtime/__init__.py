@@ -3,6 +3,8 @@
 One file per job; runtime imports only :mod:`ac_extensions.modules` of the package
 (``tests/test_layering.py`` checks it):
 
+* :mod:`~ac_extensions.runtime.loop`: :class:`Run`, the scaffold of every recipe's
+  ``train()`` (resume, collection, checkpoints, shutdown), and :func:`seed_run`.
 * :mod:`~ac_extensions.runtime.config`: :class:`RunConfig`, the fields every recipe shares,
   and the defaults per env family (``Config.for_env``).
 * :mod:`~ac_extensions.runtime.envs`: batched TorchRL envs over gymnasium (classic control,
@@ -62,6 +64,7 @@ from ac_extensions.runtime.compose import (
 from ac_extensions.runtime.config import RunConfig
 from ac_extensions.runtime.flat import FlatAdam, FlatParameters
 from ac_extensions.runtime.guards import NonFiniteError, NonFiniteGuard, TrainingWarning
+from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.progress import Progress, collector_metrics, finished_returns
 from ac_extensions.runtime.replay import (
     BinaryAsUint8,
@@ -69,9 +72,15 @@ from ac_extensions.runtime.replay import (
     make_replay_buffer,
     replay_uint8_keys,
 )
-from ac_extensions.runtime.sequences import ReplayFeed, label_sequences
+from ac_extensions.runtime.sequences import (
+    SEQUENCE_KEY,
+    ReplayFeed,
+    label_sequences,
+    store_sequences,
+)
 
 __all__ = [
+    "SEQUENCE_KEY",
     "WORKER_TRACEBACKS_VARIABLE",
     "BehaviorPolicy",
     "BinaryAsUint8",
@@ -83,6 +92,7 @@ __all__ = [
     "NonFiniteGuard",
     "Progress",
     "ReplayFeed",
+    "Run",
     "RunConfig",
     "RunStopped",
     "SupervisedAsyncCollector",
@@ -101,9 +111,11 @@ __all__ = [
     "make_replay_buffer",
     "replay_uint8_keys",
     "resume",
+    "seed_run",
     "shutdown_collector",
     "start_collector",
     "stop_collector",
+    "store_sequences",
     "training_state",
     "watch_parent",
 ]

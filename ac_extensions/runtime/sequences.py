@@ -8,6 +8,10 @@ from typing import Any
 import torch
 from tensordict import NestedKey, TensorDictBase
 
+SEQUENCE_KEY: NestedKey = ("replay", "sequence")
+"""Per-row sequence id written before storage, the recipes' sampler trajectory key: a replayed
+window never spans two collector rows (episode ends inside a row are the losses' business)."""
+
 
 @dataclass(frozen=True)
 class ReplayFeed:
@@ -77,3 +81,36 @@ def label_sequences(
     rows, steps = batch.shape
     ids = torch.arange(first_sequence, first_sequence + rows).unsqueeze(-1).expand(rows, steps)
     return batch.set(sequence_key, ids)
+
+
+def store_sequences(
+    replay,
+    batch: TensorDictBase,
+    keys,
+    first_sequence: int,
+    reward_scale: float = 1.0,
+    backend: str = "local",
+) -> TensorDictBase:
+    """Store a fresh batch ``[R, T]`` as ACER's and Reactor's recipes do; the rows stored.
+
+    The local backend labels the rows (:func:`label_sequences`: ``keys``, rewards times
+    ``reward_scale``, ids from ``first_sequence`` under :data:`SEQUENCE_KEY`) and extends
+    ``replay`` with them. With another backend the collector actors did that already
+    (:class:`ReplayFeed`), and only ``keys`` and the ids are selected from ``batch``.
+
+    Args:
+        replay: the recipe's replay buffer.
+        batch: collected rows, shape [R, T].
+        keys: the entries the replay keeps.
+        first_sequence: the first row's sequence id.
+        reward_scale: factor on ``("next", "reward")``.
+        backend: the run's backend (``"local"`` or ``"ray"``).
+
+    Returns:
+        The rows as stored, ``[R, T]`` (R is how many sequence ids they used).
+    """
+    if backend != "local":  # labelled, scaled and stored by the collector actors
+        return batch.select(*keys, SEQUENCE_KEY)
+    rows = label_sequences(batch, keys, first_sequence, reward_scale, SEQUENCE_KEY)
+    replay.extend(rows.reshape(-1).cpu())
+    return rows

@@ -166,14 +166,14 @@ def _record_worker_normalisation(monkeypatch):
     from ac_extensions.recipes import acer as recipe
 
     agree, policies = [], []
-    build, store = recipe.build, recipe.store
+    build, store = recipe.build, recipe.store_sequences
 
     def recording_build(config):
         built = build(config)
         policies.append(built[0])
         return built
 
-    def checking_store(config, batch, first_sequence, replay, keys, normalizer):
+    def checking_store(replay, batch, keys, first_sequence, reward_scale, backend):
         with torch.no_grad():
             again = policies[-1](batch.select("observation").clone())
         key = (
@@ -182,10 +182,10 @@ def _record_worker_normalisation(monkeypatch):
             else ("behavior", "logits")
         )
         agree.append(torch.allclose(again[key], batch[key], atol=1e-5))
-        return store(config, batch, first_sequence, replay, keys, normalizer)
+        return store(replay, batch, keys, first_sequence, reward_scale, backend)
 
     monkeypatch.setattr(recipe, "build", recording_build)
-    monkeypatch.setattr(recipe, "store", checking_store)
+    monkeypatch.setattr(recipe, "store_sequences", checking_store)
     return agree
 
 

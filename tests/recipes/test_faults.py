@@ -40,9 +40,11 @@ from ac_extensions.runtime import (
     sequences,
     start_collector,
     stop_collector,
+    store_sequences,
 )
 from ac_extensions.runtime import checkpoint as checkpoint_module
 from ac_extensions.runtime import collection as common
+from ac_extensions.runtime import loop as loop_module
 
 RAISE_AT = 40
 """``RaisingCartPole-v0`` raises in its 40th step: in the third batch of 16 steps. (An env takes
@@ -96,7 +98,7 @@ def collectors(monkeypatch) -> list:
         started.append(start_collector(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(ppo_recipe, "start_collector", recording)
+    monkeypatch.setattr(loop_module, "start_collector", recording)
     return started
 
 
@@ -192,7 +194,7 @@ def test_reactor_learner_step_skips_a_nan_loss_entirely():
         batch = env.rollout(config.rollout_length, actor, break_when_any_done=False)
     env.close()
     replay = reactor.make_replay(config)
-    reactor.store(replay, batch, list(dict.fromkeys(loss.in_keys)), 0, 0.1)
+    store_sequences(replay, batch, list(dict.fromkeys(loss.in_keys)), 0, 0.1)
     guard = NonFiniteGuard(max_consecutive=2)
     # A finite loss whose gradient is NaN (the losses themselves reject NaN inputs and NaN
     # intermediate values with a ValueError).

@@ -15,9 +15,9 @@ from ac_extensions.recipes.reactor import (
     learner_step,
     make_env,
     make_replay,
-    store,
     train,
 )
+from ac_extensions.runtime import store_sequences
 
 
 def windows(metrics):
@@ -111,7 +111,7 @@ def test_learner_step_assigns_priorities_and_copies_the_target_at_the_period(rec
     env.close()
     replay = make_replay(config)
     keys = list(dict.fromkeys(loss.in_keys))
-    assert store(replay, batch, keys, 7, 0.1) == 3
+    assert store_sequences(replay, batch, keys, 7, 0.1).shape[0] == 3
     assert len(replay) == 36
     stored = replay[:]
     assert set(stored[SEQUENCE_KEY].tolist()) == {7, 8, 9}
