@@ -35,13 +35,14 @@ from ac_extensions.runtime.progress import Progress
 
 
 def seed_run(config) -> torch.Generator:
-    """Apply ``config.torch_threads`` and ``config.seed``; a generator seeded with the seed.
+    """Apply ``config.torch_threads`` (if set) and ``config.seed``; a generator seeded with it.
 
     The recipes draw their own random numbers (minibatch order, replay counts) from the
     generator, so that a checkpoint can restore them apart from torch's global stream.
     """
-    if config.torch_threads:
-        torch.set_num_threads(config.torch_threads)
+    threads = getattr(config, "torch_threads", None)  # a recipe's field, not every config's
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(config.seed)
     return torch.Generator().manual_seed(config.seed)
 
