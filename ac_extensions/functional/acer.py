@@ -1,8 +1,8 @@
 """Discrete ACER on plain tensors: Q^ret from network outputs, and the whole loss.
 
-:class:`~ac_extensions.objectives.ACERLoss` evaluates its networks (through TensorDict modules,
-or on plain tensors on its fast path) and hands the outputs to these two functions, so the math
-lives here once, free of keys and modules:
+:class:`~ac_extensions.objectives.ACERLoss` evaluates its networks (through their TensorDict
+modules) and hands the outputs to these two functions, so the math lives here once, free of
+keys and modules:
 
 - :func:`categorical_q_retrace`: Q^ret (Wang et al., 2017, arXiv:1611.01224v2, Eq. 5; Retrace(λ)
   of Munos et al., 2016, arXiv:1606.02647v1, Eq. 4) from π and Q at x_t and x_{t+1};

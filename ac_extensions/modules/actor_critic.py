@@ -146,8 +146,7 @@ def make_actor_critic(
     the policy's features. ``share_torso=True`` builds **one** torso feeding both heads, as the
     MinAtar paper's AC(λ) and SB3's ``CnnPolicy`` do: each network is then
     ``nn.Sequential(torso, head)`` with the same ``torso`` object, its parameters trained by the
-    sum of the policy and value losses, and :class:`~ac_extensions.objectives.SequencePPOLoss`'s
-    fast path runs the torso once per minibatch for both heads. With the MLP torso the shared
+    sum of the policy and value losses. With the MLP torso the shared
     part is every hidden layer (``hidden_sizes``) and each head one linear layer.
 
     Args:
