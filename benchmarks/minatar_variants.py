@@ -69,20 +69,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _results import write_markdown  # noqa: E402
-from minatar_grid import (  # noqa: E402
-    GAMES,
-    WINDOW,
-    Run,
+from _scheduler import (  # noqa: E402
     ac_train,
     complete_at,
     failed,
     has_checkpoint,
     prune_checkpoints,
-    read_run,
     read_summary,
     run_claimed,
     stop_on_interrupt,
 )
+from minatar_grid import GAMES, WINDOW, Run, read_run  # noqa: E402
 
 RESULTS = HERE / "results"
 STUDIES: dict[str, dict] = {

@@ -307,7 +307,9 @@ def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypat
     try:
         assert holder.stdout.readline().strip() == "held"
         started = []
-        monkeypatch.setattr(bench, "run_process", lambda cmd, d, t: started.append(d) or OK)
+        monkeypatch.setattr(
+            bench.scheduler, "run_process", lambda cmd, d, t: started.append(d) or OK
+        )
         argv = ["--games", "Breakout", "--algos", "ppo", "--seeds", "1", "2", "--jobs", "2"]
         status = bench.main([*argv, "--frames", "3000", "--results", str(tmp_path)])
         assert status == 0  # skipped, not failed
@@ -326,7 +328,7 @@ def test_a_run_another_invocation_holds_is_left_alone(bench, tmp_path, monkeypat
 def test_a_run_another_invocation_ran_since_planning_is_not_emptied(bench, tmp_path, monkeypatch):
     """Planned as fresh, then finished (or checkpointed) by a second grid before the lock."""
     started = []
-    monkeypatch.setattr(bench, "run_process", lambda cmd, d, t: started.append(cmd) or OK)
+    monkeypatch.setattr(bench.scheduler, "run_process", lambda cmd, d, t: started.append(cmd) or OK)
     finished, stopped = bench.Run("Breakout", "ppo", 1), bench.Run("Breakout", "ppo", 2)
     assert bench.action(finished, tmp_path, 3_000) == "fresh"  # what run_grid planned
     assert bench.action(stopped, tmp_path, 3_000) == "fresh"
@@ -388,8 +390,8 @@ def test_a_deadline_starts_only_what_fits_and_stops_in_time_to_save(bench, tmp_p
         timeouts[run.algo], now[0] = timeout, now[0] + timeout
         return {"status": f"timeout after {timeout:.0f} s", "seconds": timeout, "summary": None}
 
-    start = bench._within_deadline(execute_run, deadline=1_000.0, clock=lambda: now[0])
-    reserve = bench.STOP_GRACE_SECONDS + 30  # 120 s kept to stop and save
+    start = bench.scheduler._within_deadline(execute_run, deadline=1_000.0, clock=lambda: now[0])
+    reserve = bench.scheduler.STOP_GRACE_SECONDS + 30  # 120 s kept to stop and save
     # 3,000 frames × 2 s = 6,000 s > the 880 s usable: not started.
     status = start(bench.Run("Breakout", "acer", 2), tmp_path, 3_000, "fresh", 3_600)["status"]
     assert (
@@ -429,7 +431,7 @@ def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
         "(10%), 20 fps, return —, about 12 h 30 min left"
     )
     assert bench.progress_line(run, None, 1_000_000) == "  … Breakout acer seed 1: starting"
-    assert bench._duration(40.4) == "40 s" and bench._duration(59.6) == "1 min"
+    assert bench.scheduler._duration(40.4) == "40 s" and bench.scheduler._duration(59.6) == "1 min"
 
 
 def test_a_result_line_gives_seconds_only_for_runs_this_invocation_started(bench, tmp_path):
@@ -440,14 +442,14 @@ def test_a_result_line_gives_seconds_only_for_runs_this_invocation_started(bench
         "Breakout acer seed 1: ok in 812 s (1,000,000 frames, 1,231 fps, return 9.65)"
     )
     # Left for later: no summary yet, so no "in 0 s (0 frames, ...)".
-    skipped = bench._not_run(bench.DEADLINE_SKIPPED + " (5 min left)", tmp_path / "none")
+    skipped = bench.scheduler._not_run(bench.DEADLINE_SKIPPED + " (5 min left)", tmp_path / "none")
     assert bench.describe(run, skipped) == (
         f"Breakout acer seed 1: {bench.DEADLINE_SKIPPED} (5 min left)"
     )
     # Finished by another invocation: what its summary says, without seconds of ours.
     d = run.directory(tmp_path)
     fake_run(d, "acer", 1, final=9.6512, complete=True, curve=[(1000, 9.6512, 100, 1.0)])
-    elsewhere = bench._not_run(bench.FINISHED_ELSEWHERE, d)
+    elsewhere = bench.scheduler._not_run(bench.FINISHED_ELSEWHERE, d)
     line = bench.describe(run, elsewhere)
     assert line.startswith(f"Breakout acer seed 1: {bench.FINISHED_ELSEWHERE} (its summary: ")
     assert "return 9.65)" in line and " in 0 s" not in line
@@ -463,7 +465,7 @@ def test_the_grid_reports_each_run_in_flight_while_it_runs(bench, tmp_path, monk
             release.set()
         return "  … (progress)"
 
-    monkeypatch.setattr(bench, "progress_line", progress_line)
+    monkeypatch.setattr(bench.scheduler, "progress_line", progress_line)
 
     def execute_run(run, results, frames, how, timeout):
         directory = run.directory(results)
@@ -486,16 +488,16 @@ def test_the_grid_reports_each_run_in_flight_while_it_runs(bench, tmp_path, monk
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_signal_stops_the_live_run_and_starts_no_other(bench, tmp_path, monkeypatch, sig):
-    monkeypatch.setattr(bench, "_STOPPING", threading.Event())
+    monkeypatch.setattr(bench.scheduler, "_STOPPING", threading.Event())
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     monkeypatch.setattr(bench, "command", lambda run, results, frames, how: sleeper)
     live: list[subprocess.Popen] = []
 
     def signal_once_a_run_is_live():
         deadline = time.monotonic() + 30
-        while not bench._LIVE and time.monotonic() < deadline:
+        while not bench.scheduler._LIVE and time.monotonic() < deadline:
             time.sleep(0.05)
-        live.extend(bench._LIVE)
+        live.extend(bench.scheduler._LIVE)
         os.kill(os.getpid(), sig)
 
     threading.Thread(target=signal_once_a_run_is_live, daemon=True).start()
@@ -508,7 +510,7 @@ def test_a_signal_stops_the_live_run_and_starts_no_other(bench, tmp_path, monkey
     assert len(live) == 1 and live[0].poll() is not None  # stopped with the grid
     started = [r.seed for r in runs if (r.directory(tmp_path) / "output.log").exists()]
     assert started == [1]
-    assert signal.getsignal(sig) is not None and not bench._LIVE
+    assert signal.getsignal(sig) is not None and not bench.scheduler._LIVE
     # A thread that reaches run_process after the signal starts nothing.
     assert bench.run_process(sleeper, tmp_path, 5)["status"] == bench.STOPPED
 
@@ -529,7 +531,7 @@ time.sleep(60)
 @pytest.mark.timeout(60)
 def test_stopping_runs_lets_each_save_then_kills_what_is_left(bench, tmp_path, monkeypatch):
     """SIGTERM to each run's own process, time to save, then SIGKILL to the rest of its group."""
-    monkeypatch.setattr(bench, "STOP_GRACE_SECONDS", 3)
+    monkeypatch.setattr(bench.scheduler, "STOP_GRACE_SECONDS", 3)
     saver = subprocess.Popen(
         [sys.executable, "-c", SAVES_ON_SIGTERM, str(tmp_path / "pid"), str(tmp_path / "saved")],
         start_new_session=True,
@@ -551,7 +553,7 @@ def test_stopping_runs_lets_each_save_then_kills_what_is_left(bench, tmp_path, m
         time.sleep(0.05)
     worker = int((tmp_path / "pid").read_text())
     start = time.monotonic()
-    bench._stop_runs([saver, deaf])
+    bench.scheduler._stop_runs([saver, deaf])
     assert saver.returncode == 143 and (tmp_path / "saved").read_text() == "saved"
     assert deaf.returncode == -signal.SIGKILL and time.monotonic() - start >= 2.5
     deadline = time.monotonic() + 10

@@ -34,8 +34,8 @@ def test_commands_skip_and_resume(bench, tmp_path, monkeypatch):
         calls.append(cmd[1:])
         return {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 1.0}}
 
-    # The runs start through minatar_grid.run_claimed, which calls its own run_process.
-    monkeypatch.setattr(sys.modules["minatar_grid"], "run_process", run_process)
+    # The runs start through the scheduler's run_claimed, which calls its own run_process.
+    monkeypatch.setattr(sys.modules["_scheduler"], "run_process", run_process)
     argv = ["--study", "ppo_torso", "--games", "Breakout", "--seeds", "1", "2", "--jobs", "1"]
     assert bench.main([*argv, "--frames", "3000", "--results", str(tmp_path)]) == 0
 
@@ -58,7 +58,7 @@ def test_variants_limits_the_runs_to_the_named_variants(bench, tmp_path, monkeyp
     calls = []
     ok = {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 1.0}}
     monkeypatch.setattr(
-        sys.modules["minatar_grid"], "run_process", lambda c, d, t: calls.append(d) or ok
+        sys.modules["_scheduler"], "run_process", lambda c, d, t: calls.append(d) or ok
     )
     argv = ["--study", "acer_lr", "--variants", "lr 5e-4", "--games", "Asterix"]
     argv += ["--seeds", "2", "3", "--jobs", "1", "--frames", "3000", "--results", str(tmp_path)]
@@ -76,7 +76,7 @@ def test_an_unknown_variant_is_refused_naming_the_known_ones(bench, tmp_path, ca
 
 @pytest.mark.timeout(60)
 def test_a_run_finished_elsewhere_after_planning_is_not_run_again(bench, tmp_path, monkeypatch):
-    grid = sys.modules["minatar_grid"]
+    grid = sys.modules["_scheduler"]  # the lock and the runner of every grid
     out = bench.run_dir(tmp_path, "ppo_torso", "shared torso", "Breakout", 1)
     calls, lock = [], grid.claimed.__wrapped__  # the generator under @contextmanager
 

@@ -137,7 +137,7 @@ def test_the_grid_runs_its_own_cells_through_the_shared_runner(bench, tmp_path, 
         started.append(cmd[cmd.index("--env") + 1] if "--env" in cmd else cmd[3:5])
         return {"status": "ok", "seconds": 0.0, "summary": {"complete": True, "frames": 3000}}
 
-    monkeypatch.setattr(bench.grid, "run_process", run_process)
+    monkeypatch.setattr(bench.grid.scheduler, "run_process", run_process)
     runs = [done, bench.Run("Hopper", "acer", 2), bench.Run("Hopper", "sb3_ppo", 1)]
     args = argparse.Namespace(results=tmp_path, frames=3000, timeout=60, jobs=1)
     args.keep_checkpoints = False
