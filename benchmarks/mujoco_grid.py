@@ -287,7 +287,7 @@ def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict 
     env_id = f"{task}-v5"
     settings = peer_settings(task)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": 1, "normalize": True}
-    log = grid.PeerLog(out, algo, env_id, seed, frames, config | grid._jsonable(settings))
+    log = grid.PeerLog(out, algo, env_id, seed, frames, config | grid.jsonable(settings))
     checkpoint = grid.PeerCheckpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
     saved = checkpoint.latest()
     venv = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed + checkpoint.saved_frames())

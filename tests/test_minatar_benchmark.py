@@ -615,7 +615,7 @@ def test_dqn_peers_update_every_four_frames_but_the_paper_peer_every_frame(bench
     )
     assert (dqn["train_freq"], paper["train_freq"], qrdqn["train_freq"]) == (4, 1, 4)
     # sb3_dqn and sb3_dqn_paper differ in the update rate only (as the runs record them).
-    dqn_recorded, paper_recorded = bench._jsonable(dqn), bench._jsonable(paper)
+    dqn_recorded, paper_recorded = bench.jsonable(dqn), bench.jsonable(paper)
     assert dqn_recorded.pop("train_freq") == 4 and paper_recorded.pop("train_freq") == 1
     assert dqn_recorded == paper_recorded
     shared = ("buffer_size", "batch_size", "learning_rate", "learning_starts", "gamma")
