@@ -523,7 +523,7 @@ def algo_stats(runs: list[dict], target: float | None) -> dict[str, Any]:
 
 
 OFF_POLICY = ("acer", "reactor")
-"""Ours that replay: issue 20 asks them to reach our PPO's final score sooner than PPO ends."""
+"""Ours that replay: the algorithms timed to our PPO's final score."""
 
 
 def against_ppo(runs: dict[str, list[dict]]) -> dict[str, Any] | None:
@@ -661,8 +661,8 @@ def against_ppo_table(summary: dict[str, Any]) -> list[str]:
     return [
         "## Off-policy learners against our PPO's wall clock",
         "",
-        "Issue 20's second MinAtar goal: ACER and Reactor reach our PPO's final score in less "
-        "wall-clock than PPO takes for its run. Target: the median final return of our complete "
+        "How long ACER and Reactor take to reach our PPO's final score, against the time PPO "
+        "takes for its run. Target: the median final return of our complete "
         "PPO runs; PPO s: the median wall seconds of those runs; s to the target: each run's "
         "own clock at the first logged point where the full "
         f"{WINDOW}-episode mean reaches it (median over seeds, a seed that never does counting "
@@ -675,107 +675,6 @@ def against_ppo_table(summary: dict[str, Any]) -> list[str]:
         *rows,
         "",
     ]
-
-
-GOAL_GAMES = 4
-"""Issue 20: ACER and Reactor above every peer on at least this many of the five games."""
-GOAL_FPS = 2.0
-"""Issue 20: our PPO at least this many times SB3 PPO's fps."""
-
-
-def _verdict_ready(algos: dict[str, Any], names) -> bool:
-    """Whether every named algorithm has runs on the game and none of them is unfinished."""
-    return all(a in algos and algos[a]["final_median"] is not None for a in names) and not any(
-        algos[a]["unfinished"] for a in algos if a in names or a in PEERS
-    )
-
-
-def goal_lines(summary: dict[str, Any]) -> list[str]:
-    """Issue 20's goals checked on the runs present (the ``## Goals`` section of the summary).
-
-    ACER and Reactor: final median above every peer present, game by game (at least
-    :data:`GOAL_GAMES` of the five). Our PPO: final median at least SB3 PPO's, and fps at
-    least :data:`GOAL_FPS` × SB3 PPO's (median over games of the per-game median fps). A game
-    with an unfinished run among those compared gives no verdict; the peers not run on a game
-    are named, since "above every peer" there can only be provisional until they are.
-    """
-    games = summary["games"]
-    missing: dict[tuple[str, ...], list[str]] = {}  # the peers not run -> the games
-    for game, data in games.items():
-        absent = tuple(a for a in GRID_PEERS if a not in data["algorithms"])
-        if absent:
-            missing.setdefault(absent, []).append(game)
-    caveat = (
-        " Peers not run yet: "
-        + "; ".join(f"{', '.join(peers)} on {', '.join(g)}" for peers, g in missing.items())
-        + '; until they are, "above every peer" there means above the peers run so far.'
-        if missing
-        else ""
-    )
-    lines = [
-        "## Goals (issue 20), on the runs present",
-        "",
-        "Medians over the seeds present; every compared run complete at the same frames, else "
-        "no verdict for that game." + caveat,
-        "",
-    ]
-    lines += [_off_policy_goal(algo, games) for algo in OFF_POLICY]
-    ppo = _ppo_goal(games)
-    return [*lines, *([ppo] if ppo else []), ""]
-
-
-def _off_policy_goal(algo: str, games: dict[str, Any]) -> str:
-    """The goal line of ACER or Reactor: above the best peer's median, game by game."""
-    above, below, pending = [], [], []
-    for game, data in games.items():
-        algos, target = data["algorithms"], data["target"]
-        if algo not in algos or target["return"] is None:
-            continue
-        if not _verdict_ready(algos, [algo, target["peer"]]):
-            pending.append(game)
-            continue
-        ours = algos[algo]["final_median"]
-        text = f"{game} {ours:.2f} vs {target['return']:.2f} ({target['peer']})"
-        (above if ours > target["return"] else below).append(text)
-    not_run = [g for g, d in games.items() if algo not in d["algorithms"]]
-    if len(not_run) == len(games):
-        return f"- **{algo}**: not run yet (goal: above every peer on at least {GOAL_GAMES} games)."
-    parts = [
-        f"- **{algo}** above every peer on {len(above)} of {len(games)} games (goal: at least "
-        f"{GOAL_GAMES}): " + ("; ".join(above) if above else "none")
-    ]
-    for label, items in (
-        ("not above on ", below),
-        ("no verdict yet (unfinished runs) on ", pending),
-        ("not run on ", not_run),
-    ):
-        if items:
-            parts.append(label + ("; " if label.startswith("not above") else ", ").join(items))
-    return "; ".join(parts) + "."
-
-
-def _ppo_goal(games: dict[str, Any]) -> str | None:
-    """The goal line of our PPO against SB3 PPO (None without a game to compare on)."""
-    at_least, below, ratios = [], [], []
-    for game, data in games.items():
-        algos = data["algorithms"]
-        if not _verdict_ready(algos, ["ppo", "sb3_ppo"]):
-            continue
-        ours, peer = algos["ppo"]["final_median"], algos["sb3_ppo"]["final_median"]
-        (at_least if ours >= peer else below).append(f"{game} {ours:.2f} vs {peer:.2f}")
-        if algos["ppo"]["fps_median"] and algos["sb3_ppo"]["fps_median"]:
-            ratios.append(algos["ppo"]["fps_median"] / algos["sb3_ppo"]["fps_median"])
-    if not (at_least or below):
-        return None
-    return (
-        f"- **ppo** at least SB3 PPO's return on {len(at_least)} of "
-        f"{len(at_least) + len(below)} games: "
-        + ("; ".join(at_least) or "none")
-        + (f"; below on {'; '.join(below)}" if below else "")
-        + f". Its fps {_fmt(_median(ratios), '.2f')}× SB3 PPO's (goal: at least {GOAL_FPS:g}×; "
-        "median over games of the runs' median fps, runs made at different loads: the "
-        "side-by-side measurement is `minatar_ppo_layout.md`)."
-    )
 
 
 def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
@@ -817,7 +716,6 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     for game, data in summary["games"].items():
         lines += game_table(game, data, len(args.seeds))
-    lines += goal_lines(summary)
     lines += against_ppo_table(summary)
     lines.append("![MinAtar learning curves](minatar.png)")
     return "\n".join(lines) + "\n"

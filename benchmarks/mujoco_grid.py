@@ -58,7 +58,6 @@ import argparse
 import cProfile
 import io
 import json
-import math
 import pstats
 import signal
 import sys
@@ -157,8 +156,6 @@ PUBLISHED: dict[str, dict[str, str]] = {
         "CleanRL PPO": "2288 ± 572",
     },
 }
-SAC_HALFCHEETAH = 9535.0
-"""The goal's reference: SB3 zoo SAC on HalfCheetah at 1M steps (ACER within 20%: >= 7,628)."""
 
 
 @dataclass(frozen=True)
@@ -334,34 +331,6 @@ def summarize(results: Path, tasks, algos, seeds) -> dict[str, Any]:
     }
 
 
-def goal_lines(summary: dict[str, Any]) -> list[str]:
-    """The issue's goal, checked on what is present: ACER > SB3 PPO per task; SAC within 20%."""
-    lines = []
-    for task, data in summary["games"].items():
-        algos = data["algorithms"]
-        ours, peer = algos.get("acer"), algos.get("sb3_ppo")
-        if ours is None or peer is None or ours["final_median"] is None:
-            lines.append(f"- {task}: not measured yet (needs acer and sb3_ppo runs).")
-            continue
-        above = ours["final_median"] > (peer["final_median"] or -math.inf)
-        verdict = "above" if above else "not above"
-        if ours["unfinished"] or peer["unfinished"]:
-            verdict += " so far (unfinished runs: not yet at equal steps; no verdict)"
-        lines.append(
-            f"- {task}: acer {ours['final_median']:.0f} vs sb3_ppo {peer['final_median']:.0f} "
-            f"(medians over {ours['seeds']} / {peer['seeds']} seeds): {verdict}."
-        )
-    cheetah = summary["games"].get("HalfCheetah", {}).get("algorithms", {}).get("acer")
-    if cheetah and cheetah["final_median"] is not None:
-        ratio = cheetah["final_median"] / SAC_HALFCHEETAH
-        partial = " so far (unfinished runs)" if cheetah["unfinished"] else ""
-        lines.append(
-            f"- HalfCheetah: acer at {ratio:.0%} of SB3 zoo SAC's {SAC_HALFCHEETAH:,.0f}{partial} "
-            "(goal: >= 80%)."
-        )
-    return lines
-
-
 def task_table(task: str, data: dict[str, Any], planned_seeds: int) -> list[str]:
     """The markdown lines of one task."""
     lines = [
@@ -407,10 +376,6 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
         f"Return: the training return, mean of the last {WINDOW} finished episodes at the end of "
         "each run; median and min–max over seeds. Wall seconds and fps: the whole run, start-up "
         "included.",
-        "",
-        "Goal (ACER above SB3 PPO on every task, within 20% of SB3 zoo SAC on HalfCheetah):",
-        "",
-        *goal_lines(summary),
         "",
         f"¹ {PUBLISHED_SOURCES['zoo']}. ² {PUBLISHED_SOURCES['cleanrl']}. Published rows are "
         "other measurements (versions, metrics, seeds differ); the rows above them were run "
