@@ -116,7 +116,6 @@ import importlib.util
 import json
 import math
 import signal
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -157,6 +156,16 @@ from _scheduler import (  # noqa: F401 (re-exported: the grid scripts read them 
     read_summary,
     run_claimed,
     run_process,
+)
+from _summary import (  # noqa: F401 (re-exported: the grid scripts read them here)
+    algo_stats,
+    band,
+    fmt,
+    median,
+    read_run,
+    read_scalar,
+    strip_curves,
+    time_to,
 )
 
 # Not named minatar.py: a file of that name in this folder (sys.path[0] of every script here)
@@ -443,85 +452,6 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict 
 # Summary
 
 
-def read_scalar(directory: Path, name: str) -> dict[float, float]:
-    """``frames → value`` of one logged scalar (the last value kept for a repeated frame)."""
-    files = sorted((directory / "logs").glob(f"*/scalars/{name}.csv"))
-    points: dict[float, float] = {}
-    if files:
-        for line in files[0].read_text().splitlines():
-            if line.strip():
-                step, value = line.split(",")[:2]
-                points[float(step)] = float(value)
-    return points
-
-
-def read_run(directory: Path) -> dict | None:
-    """One run's summary and curve (None if it has no ``summary.json``)."""
-    summary = read_summary(directory)
-    if summary is None:
-        return None
-    curve = read_scalar(directory, CURVE)
-    sizes = read_scalar(directory, CURVE_SIZE)
-    seconds = read_scalar(directory, SECONDS)
-    frames = sorted(curve)
-    return {
-        "seed": summary.get("seed"),
-        "complete": bool(summary.get("complete")),
-        "frames": summary.get("frames", 0),
-        "frames_target": summary.get("frames_target"),
-        "wall_seconds": summary.get("wall_seconds"),
-        "fps": summary.get("fps"),
-        "final_mean_return": summary.get("final_mean_return"),
-        "curve": {
-            "frames": frames,
-            "values": [curve[f] for f in frames],
-            "sizes": [sizes.get(f, WINDOW) for f in frames],
-            "seconds": [seconds.get(f) for f in frames],
-        },
-    }
-
-
-def time_to(run: dict, target: float) -> tuple[float, float | None] | None:
-    """(frames, seconds) of the first point where the full 100-episode mean reaches ``target``."""
-    c = run["curve"]
-    for frames, value, size, seconds in zip(
-        c["frames"], c["values"], c["sizes"], c["seconds"], strict=True
-    ):
-        if size >= WINDOW and value >= target:
-            return frames, seconds
-    return None
-
-
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def algo_stats(runs: list[dict], target: float | None) -> dict[str, Any]:
-    """Medians over one algorithm's seeds on one game."""
-    finals = [r["final_mean_return"] for r in runs if r["final_mean_return"] is not None]
-    stats: dict[str, Any] = {
-        "seeds": len(runs),
-        "unfinished": sum(not r["complete"] for r in runs),
-        "final_median": _median(finals),
-        "final_min": min(finals) if finals else None,
-        "final_max": max(finals) if finals else None,
-        "frames_median": _median(r["frames"] for r in runs),
-        "fps_median": _median(r["fps"] for r in runs),
-        "target_reached": None,
-        "frames_to_target": None,
-        "seconds_to_target": None,
-    }
-    if target is not None and runs:
-        hits = [time_to(r, target) for r in runs]
-        stats["target_reached"] = sum(h is not None for h in hits)
-        frames = statistics.median(math.inf if h is None else h[0] for h in hits)
-        seconds = statistics.median(math.inf if h is None or h[1] is None else h[1] for h in hits)
-        stats["frames_to_target"] = frames if math.isfinite(frames) else None
-        stats["seconds_to_target"] = seconds if math.isfinite(seconds) else None
-    return stats
-
-
 OFF_POLICY = ("acer", "reactor")
 """Ours that replay: the algorithms timed to our PPO's final score."""
 
@@ -534,8 +464,8 @@ def against_ppo(runs: dict[str, list[dict]]) -> dict[str, Any] | None:
     those PPO runs. ``None`` without a complete PPO run.
     """
     finished = [r for r in runs.get("ppo", []) if r["complete"]]
-    target = _median(r["final_mean_return"] for r in finished)
-    seconds = _median(r["wall_seconds"] for r in finished)
+    target = median(r["final_mean_return"] for r in finished)
+    seconds = median(r["wall_seconds"] for r in finished)
     if target is None or seconds is None:
         return None
     out: dict[str, Any] = {"return": target, "seconds": seconds, "algorithms": {}}
@@ -571,7 +501,7 @@ def summarize(results: Path, games, algos, seeds, complete_only: bool = False) -
             present += len(runs[algo])
             complete += sum(r["complete"] for r in runs[algo])
         peer_medians = {
-            a: _median(r["final_mean_return"] for r in runs[a]) for a in PEERS if a in runs
+            a: median(r["final_mean_return"] for r in runs[a]) for a in PEERS if a in runs
         }
         peer_medians = {a: m for a, m in peer_medians.items() if m is not None}
         best = max(peer_medians, key=peer_medians.get) if peer_medians else None
@@ -590,10 +520,6 @@ def summarize(results: Path, games, algos, seeds, complete_only: bool = False) -
         "complete": complete,
         "games": per_game,
     }
-
-
-def _fmt(value, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
 
 
 def game_table(game: str, data: dict[str, Any], planned_seeds: int) -> list[str]:
@@ -622,11 +548,11 @@ def game_table(game: str, data: dict[str, Any], planned_seeds: int) -> list[str]
             seeds += f" (partial: {s['unfinished']} unfinished)"
         reached = "" if s["target_reached"] is None else f" ({s['target_reached']} reached)"
         lines.append(
-            f"| {algo} | {seeds} | {_fmt(s['final_median'], '.2f')} | "
-            f"{_fmt(s['final_min'], '.2f')}–{_fmt(s['final_max'], '.2f')} | "
-            f"{_fmt(s['frames_median'], ',.0f')} | "
-            f"{_fmt(s['frames_to_target'], ',.0f')}{reached} | "
-            f"{_fmt(s['seconds_to_target'], ',.0f')} | {_fmt(s['fps_median'], ',.0f')} |"
+            f"| {algo} | {seeds} | {fmt(s['final_median'], '.2f')} | "
+            f"{fmt(s['final_min'], '.2f')}–{fmt(s['final_max'], '.2f')} | "
+            f"{fmt(s['frames_median'], ',.0f')} | "
+            f"{fmt(s['frames_to_target'], ',.0f')}{reached} | "
+            f"{fmt(s['seconds_to_target'], ',.0f')} | {fmt(s['fps_median'], ',.0f')} |"
         )
     for curve, value in data["published"].items():
         lines.append(
@@ -653,8 +579,8 @@ def against_ppo_table(summary: dict[str, Any]) -> list[str]:
             ratio = "—" if s["vs_ppo"] is None else f"{s['vs_ppo']:.2f}×"
             rows.append(
                 f"| {game} | {versus['return']:.2f} | {versus['seconds']:,.0f} | {algo} | "
-                f"{_fmt(s['frames_to_target'], ',.0f')}{reached} | "
-                f"{_fmt(s['seconds_to_target'], ',.0f')} | {ratio} |"
+                f"{fmt(s['frames_to_target'], ',.0f')}{reached} | "
+                f"{fmt(s['seconds_to_target'], ',.0f')} | {ratio} |"
             )
     if not rows:
         return []
@@ -721,23 +647,6 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _band(runs: list[dict]):
-    """Median, min and max over runs on a common frame grid (to the shortest run's end)."""
-    import numpy as np
-
-    curves = [
-        (np.asarray(r["curve"]["frames"]), np.asarray(r["curve"]["values"]))
-        for r in runs
-        if r["curve"]["frames"]
-    ]
-    if not curves:
-        return None
-    end = min(x[-1] for x, _ in curves)
-    grid = np.unique(np.concatenate([x[x <= end] for x, _ in curves]))
-    values = np.stack([np.interp(grid, x, y) for x, y in curves])
-    return grid, np.median(values, 0), values.min(0), values.max(0)
-
-
 def plot(summary: dict[str, Any], out: Path) -> Path | None:
     """One panel per game: median curve per algorithm, seed range as a band."""
     import matplotlib
@@ -754,12 +663,12 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
     colors = {a: f"C{i}" for i, a in enumerate(ALGOS)}
     for ax, game in zip(axes.flat, games, strict=False):
         for algo, stats in summary["games"][game]["algorithms"].items():
-            band = _band(stats["runs"])
-            if band is None:
+            curves = band(stats["runs"])
+            if curves is None:
                 continue
-            grid, median, low, high = band
+            grid, middle, low, high = curves
             style = "--" if algo in PEERS else "-"
-            ax.plot(grid, median, style, color=colors.get(algo), label=f"{algo} ({stats['seeds']})")
+            ax.plot(grid, middle, style, color=colors.get(algo), label=f"{algo} ({stats['seeds']})")
             if stats["seeds"] > 1:
                 ax.fill_between(grid, low, high, color=colors.get(algo), alpha=0.15, linewidth=0)
         ax.set_title(f"MinAtar/{game}-v1")
@@ -781,18 +690,6 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
     return out
 
 
-def _strip_curves(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary for the JSON file: per-run values without the curves."""
-    games = {}
-    for game, data in summary["games"].items():
-        algos = {}
-        for algo, stats in data["algorithms"].items():
-            runs = [{k: v for k, v in r.items() if k != "curve"} for r in stats["runs"]]
-            algos[algo] = stats | {"runs": runs}
-        games[game] = data | {"algorithms": algos}
-    return summary | {"games": games}
-
-
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     """``minatar.md``, ``minatar.json`` and ``minatar.png`` under ``args.results``."""
     results = Path(args.results)
@@ -800,7 +697,7 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     md = results / "minatar.md"
     write_markdown(md, markdown(summary, args))
     grid = {k: getattr(args, k) for k in ("games", "algos", "seeds", "frames")}
-    data = {"grid": grid, "published_source": PUBLISHED_SOURCE} | _strip_curves(summary)
+    data = {"grid": grid, "published_source": PUBLISHED_SOURCE} | strip_curves(summary)
     md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     plot(summary, results / "minatar.png")
     return md

@@ -346,10 +346,10 @@ def task_table(task: str, data: dict[str, Any], planned_seeds: int) -> list[str]
             seeds += f" (partial: {s['unfinished']} unfinished)"
         walls = [r["wall_seconds"] for r in s["runs"]]
         lines.append(
-            f"| {algo} | {seeds} | {grid._fmt(s['final_median'], ',.0f')} | "
-            f"{grid._fmt(s['final_min'], ',.0f')}–{grid._fmt(s['final_max'], ',.0f')} | "
-            f"{grid._fmt(s['frames_median'], ',.0f')} | "
-            f"{grid._fmt(grid._median(walls), ',.0f')} | {grid._fmt(s['fps_median'], ',.0f')} |"
+            f"| {algo} | {seeds} | {grid.fmt(s['final_median'], ',.0f')} | "
+            f"{grid.fmt(s['final_min'], ',.0f')}–{grid.fmt(s['final_max'], ',.0f')} | "
+            f"{grid.fmt(s['frames_median'], ',.0f')} | "
+            f"{grid.fmt(grid.median(walls), ',.0f')} | {grid.fmt(s['fps_median'], ',.0f')} |"
         )
     for row, value in data["published"].items():
         source = "¹" if row.startswith("SB3") else "²"
@@ -402,7 +402,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
     colors = {a: f"C{i}" for i, a in enumerate(ALGOS)}
     for ax, task in zip(axes.flat, tasks, strict=True):
         for algo, stats in summary["games"][task]["algorithms"].items():
-            band = grid._band(stats["runs"])
+            band = grid.band(stats["runs"])
             if band is None:
                 continue
             x, median, low, high = band
@@ -434,7 +434,7 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     md = results / "mujoco.md"
     write_markdown(md, markdown(summary, args))
     setup = {k: getattr(args, k) for k in ("tasks", "algos", "seeds", "frames")}
-    data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | grid._strip_curves(summary)
+    data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | grid.strip_curves(summary)
     md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     plot(summary, results / "mujoco.png")
     return md

@@ -1,0 +1,128 @@
+"""Reading the grids' runs back: curves, per-algorithm statistics over seeds, table helpers.
+
+Every run directory holds ``summary.json`` and the ``train/return_window``,
+``train/return_window_size`` and ``time/seconds`` CSV logs (``ac-train``'s layout, which the
+peers' :class:`~_peers.PeerLog` writes too), so one reader serves ours and the peers.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from _peers import CURVE, CURVE_SIZE, SECONDS, WINDOW
+from _scheduler import read_summary
+
+
+def read_scalar(directory: Path, name: str) -> dict[float, float]:
+    """``frames → value`` of one logged scalar (the last value kept for a repeated frame)."""
+    files = sorted((directory / "logs").glob(f"*/scalars/{name}.csv"))
+    points: dict[float, float] = {}
+    if files:
+        for line in files[0].read_text().splitlines():
+            if line.strip():
+                step, value = line.split(",")[:2]
+                points[float(step)] = float(value)
+    return points
+
+
+def read_run(directory: Path) -> dict | None:
+    """One run's summary and curve (None if it has no ``summary.json``)."""
+    summary = read_summary(directory)
+    if summary is None:
+        return None
+    curve = read_scalar(directory, CURVE)
+    sizes = read_scalar(directory, CURVE_SIZE)
+    seconds = read_scalar(directory, SECONDS)
+    frames = sorted(curve)
+    return {
+        "seed": summary.get("seed"),
+        "complete": bool(summary.get("complete")),
+        "frames": summary.get("frames", 0),
+        "frames_target": summary.get("frames_target"),
+        "wall_seconds": summary.get("wall_seconds"),
+        "fps": summary.get("fps"),
+        "final_mean_return": summary.get("final_mean_return"),
+        "curve": {
+            "frames": frames,
+            "values": [curve[f] for f in frames],
+            "sizes": [sizes.get(f, WINDOW) for f in frames],
+            "seconds": [seconds.get(f) for f in frames],
+        },
+    }
+
+
+def time_to(run: dict, target: float) -> tuple[float, float | None] | None:
+    """(frames, seconds) of the first point where the full 100-episode mean reaches ``target``."""
+    c = run["curve"]
+    for frames, value, size, seconds in zip(
+        c["frames"], c["values"], c["sizes"], c["seconds"], strict=True
+    ):
+        if size >= WINDOW and value >= target:
+            return frames, seconds
+    return None
+
+
+def median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def algo_stats(runs: list[dict], target: float | None) -> dict[str, Any]:
+    """Medians over one algorithm's seeds on one game."""
+    finals = [r["final_mean_return"] for r in runs if r["final_mean_return"] is not None]
+    stats: dict[str, Any] = {
+        "seeds": len(runs),
+        "unfinished": sum(not r["complete"] for r in runs),
+        "final_median": median(finals),
+        "final_min": min(finals) if finals else None,
+        "final_max": max(finals) if finals else None,
+        "frames_median": median(r["frames"] for r in runs),
+        "fps_median": median(r["fps"] for r in runs),
+        "target_reached": None,
+        "frames_to_target": None,
+        "seconds_to_target": None,
+    }
+    if target is not None and runs:
+        hits = [time_to(r, target) for r in runs]
+        stats["target_reached"] = sum(h is not None for h in hits)
+        frames = statistics.median(math.inf if h is None else h[0] for h in hits)
+        seconds = statistics.median(math.inf if h is None or h[1] is None else h[1] for h in hits)
+        stats["frames_to_target"] = frames if math.isfinite(frames) else None
+        stats["seconds_to_target"] = seconds if math.isfinite(seconds) else None
+    return stats
+
+
+def fmt(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def band(runs: list[dict]):
+    """Median, min and max over runs on a common frame grid (to the shortest run's end)."""
+    import numpy as np
+
+    curves = [
+        (np.asarray(r["curve"]["frames"]), np.asarray(r["curve"]["values"]))
+        for r in runs
+        if r["curve"]["frames"]
+    ]
+    if not curves:
+        return None
+    end = min(x[-1] for x, _ in curves)
+    grid = np.unique(np.concatenate([x[x <= end] for x, _ in curves]))
+    values = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, np.median(values, 0), values.min(0), values.max(0)
+
+
+def strip_curves(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary for the JSON file: per-run values without the curves."""
+    games = {}
+    for game, data in summary["games"].items():
+        algos = {}
+        for algo, stats in data["algorithms"].items():
+            runs = [{k: v for k, v in r.items() if k != "curve"} for r in stats["runs"]]
+            algos[algo] = stats | {"runs": runs}
+        games[game] = data | {"algorithms": algos}
+    return summary | {"games": games}
