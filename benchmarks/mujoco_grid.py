@@ -8,7 +8,6 @@ extra) × algorithms × seeds, every run to the same number of environment steps
     python benchmarks/mujoco_grid.py --tasks HalfCheetah --algos acer --seeds 1 --frames 100000
     python benchmarks/mujoco_grid.py --algos acer acer_paper sb3_ppo   # + the paper's settings
     python benchmarks/mujoco_grid.py --summary-only     # rewrite the table and plot from the runs
-    python benchmarks/mujoco_grid.py --speed            # training fps against collection alone
 
 A run of part of the grid writes the summary of the whole default grid plus its selection (the
 other runs' rows stay); ``--summary-only`` tabulates just the selection it is given.
@@ -45,23 +44,15 @@ curves with seed bands, and the published 1M-step numbers of SB3's zoo (SAC, TD3
 each, deterministic evaluation) and CleanRL (3 seeds, training return) beside them with their
 source (:data:`PUBLISHED`).
 
-``--speed``: one process, HalfCheetah-v5, ACER's MuJoCo defaults: the same collector and policy
-collect ``--speed-frames`` frames without learning, then the recipe trains over the same number
-of frames with replay from the start (replay_start one batch), and the learner's main thread is
-profiled (``cProfile``). Writes ``<results>/mujoco_speed.md``: both fps, their ratio, and the
-functions that took the learner's time.
+Training fps against collection alone: ``benchmarks/mujoco_speed.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
-import pstats
 import signal
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -441,84 +432,6 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Speed: training fps against collection alone
-
-
-def measure_speed(frames: int, results: Path) -> Path:
-    """Collector alone, then the recipe, over ``frames`` each; profile the learner."""
-    from functools import partial
-
-    import torch
-
-    from ac_extensions.recipes import acer
-    from ac_extensions.runtime import start_collector, stop_collector
-
-    config = acer.ACERConfig.for_env("HalfCheetah-v5", frames=frames, seed=1)
-    config = acer.ACERConfig.for_env(
-        "HalfCheetah-v5", frames=frames, seed=1, replay_start=config.frames_per_batch
-    )
-    torch.manual_seed(config.seed)
-    policy = acer.build(config)[0]
-    start = time.perf_counter()
-    collector = start_collector(config, partial(acer.make_env, config), policy)
-    collected, first = 0, None
-    try:
-        for batch in collector:
-            collected += batch.numel()
-            if first is None:  # start-up (worker processes, envs) is not collection
-                first, first_frames = time.perf_counter(), collected
-    finally:
-        stop_collector(collector)
-    collect_fps = (collected - first_frames) / (time.perf_counter() - first)
-    startup = first - start
-
-    profiler = cProfile.Profile()
-    run = acer.train(config)
-    seen, first = 0, None
-    profiler.enable()
-    try:
-        for metrics in run:
-            if first is None:
-                first, first_frames = time.perf_counter(), metrics["time/frames"]
-            seen = metrics["time/frames"]
-    finally:
-        profiler.disable()
-        run.close()
-    train_fps = (seen - first_frames) / (time.perf_counter() - first)
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(15)
-    top = "\n".join(line for line in stream.getvalue().splitlines() if line.strip())
-    lines = [
-        "# Continuous ACER on HalfCheetah-v5: training fps against collection alone",
-        "",
-        f"Command: `python benchmarks/mujoco_grid.py --speed --speed-frames {frames}`. One "
-        f"process, ACER's MuJoCo defaults ({config.workers} workers × "
-        f"{config.envs_per_worker} envs, "
-        f"T = {config.rollout_length}, replay ratio {config.replay_ratio}, batch "
-        f"{config.batch_size} sequences, replay from the second batch), fps after the first batch "
-        "(worker start-up excluded).",
-        "",
-        "| | frames | fps |",
-        "|---|---|---|",
-        f"| collector alone (same policy, no learning) | {collected:,} | {collect_fps:,.0f} |",
-        f"| recipe (collection + on-policy + replay updates) | {int(seen):,} | {train_fps:,.0f} |",
-        "",
-        f"Training runs at {train_fps / collect_fps:.2f}× the collector's fps (worker start-up "
-        f"{startup:.1f} s).",
-        "",
-        "Learner main thread, `cProfile`, top 15 by own time:",
-        "",
-        "```",
-        top,
-        "```",
-    ]
-    out = Path(results) / "mujoco_speed.md"
-    write_markdown(out, "\n".join(lines) + "\n")
-    print("\n".join(lines[:12]))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # Command line
 
 
@@ -532,17 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_grid_arguments(
         parser, unit="environment steps", frames_per_timeout_second=50, results=RESULTS
     )
-    parser.add_argument("--speed", action="store_true", help="measure training vs collection fps")
-    parser.add_argument("--speed-frames", type=int, default=20_000)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
     args = grid.prepare(build_parser().parse_args(argv))
-    if args.speed:
-        measure_speed(args.speed_frames, args.results)
-        return 0
     failures = 0
     if not args.summary_only:
         peers = {"stable_baselines3"} if set(args.algos) & set(PEERS) else set()
