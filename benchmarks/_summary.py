@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,68 @@ def strip_curves(summary: dict[str, Any]) -> dict[str, Any]:
             algos[algo] = stats | {"runs": runs}
         games[game] = data | {"algorithms": algos}
     return summary | {"games": games}
+
+
+def plot_curves(
+    summary: dict[str, Any],
+    out: Path,
+    *,
+    title: Callable[[str], str],
+    xlabel: str,
+    algos: Sequence[str],
+    peers: Sequence[str],
+    caption: str,
+) -> Path | None:
+    """One panel per environment: each algorithm's median curve, its seeds' range as a band.
+
+    Args:
+        summary: a grid's summary (``summary["games"][env]["algorithms"][algo]["runs"]``).
+        out: the PNG to write.
+        title: an environment's panel title, from its name.
+        xlabel: what the x axis counts.
+        algos: every algorithm of the grid, in order (their colours).
+        peers: the peers among them (dashed).
+        caption: the figure's title.
+
+    Returns:
+        ``out``, or None when the summary has no environment.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(summary["games"])
+    if not envs:
+        return None
+    columns = min(3, len(envs))
+    rows = math.ceil(len(envs) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    colors = {a: f"C{i}" for i, a in enumerate(algos)}
+    for ax, env in zip(axes.flat, envs, strict=False):
+        for algo, stats in summary["games"][env]["algorithms"].items():
+            curves = band(stats["runs"])
+            if curves is None:
+                continue
+            x, middle, low, high = curves
+            style = "--" if algo in peers else "-"
+            ax.plot(x, middle, style, color=colors.get(algo), label=f"{algo} ({stats['seeds']})")
+            if stats["seeds"] > 1:
+                ax.fill_between(x, low, high, color=colors.get(algo), alpha=0.15, linewidth=0)
+        ax.set_title(title(env))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"mean return, last {WINDOW} episodes")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize="x-small")
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        else:
+            ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center")
+    for ax in list(axes.flat)[len(envs) :]:
+        ax.set_visible(False)
+    figure.suptitle(caption, fontsize=10)
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out

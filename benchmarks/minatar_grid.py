@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import signal
 import sys
 import time
@@ -112,6 +111,7 @@ from _summary import (  # noqa: F401 (re-exported: the grid scripts read them he
     band,
     fmt,
     median,
+    plot_curves,
     read_run,
     read_scalar,
     strip_curves,
@@ -480,45 +480,15 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
 
 def plot(summary: dict[str, Any], out: Path) -> Path | None:
     """One panel per game: median curve per algorithm, seed range as a band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    games = list(summary["games"])
-    if not games:
-        return None
-    columns = min(3, len(games))
-    rows = math.ceil(len(games) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
-    colors = {a: f"C{i}" for i, a in enumerate(ALGOS)}
-    for ax, game in zip(axes.flat, games, strict=False):
-        for algo, stats in summary["games"][game]["algorithms"].items():
-            curves = band(stats["runs"])
-            if curves is None:
-                continue
-            grid, middle, low, high = curves
-            style = "--" if algo in PEERS else "-"
-            ax.plot(grid, middle, style, color=colors.get(algo), label=f"{algo} ({stats['seeds']})")
-            if stats["seeds"] > 1:
-                ax.fill_between(grid, low, high, color=colors.get(algo), alpha=0.15, linewidth=0)
-        ax.set_title(f"MinAtar/{game}-v1")
-        ax.set_xlabel("frames")
-        ax.set_ylabel(f"mean return, last {WINDOW} episodes")
-        ax.grid(alpha=0.3)
-        if ax.has_data():
-            ax.legend(fontsize="x-small")
-            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-        else:
-            ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center")
-    for ax in list(axes.flat)[len(games) :]:
-        ax.set_visible(False)
-    figure.suptitle("median over seeds; band: min–max; dashed: SB3 peers", fontsize=10)
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=100)
-    plt.close(figure)
-    return out
+    return plot_curves(
+        summary,
+        out,
+        title=lambda game: f"MinAtar/{game}-v1",
+        xlabel="frames",
+        algos=ALGOS,
+        peers=PEERS,
+        caption="median over seeds; band: min–max; dashed: SB3 peers",
+    )
 
 
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:

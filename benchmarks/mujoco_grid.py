@@ -381,41 +381,15 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
 
 def plot(summary: dict[str, Any], out: Path) -> Path | None:
     """One panel per task: median curve per algorithm, seed range as a band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = list(summary["games"])
-    if not tasks:
-        return None
-    figure, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False)
-    colors = {a: f"C{i}" for i, a in enumerate(ALGOS)}
-    for ax, task in zip(axes.flat, tasks, strict=True):
-        for algo, stats in summary["games"][task]["algorithms"].items():
-            band = grid.band(stats["runs"])
-            if band is None:
-                continue
-            x, median, low, high = band
-            style = "--" if algo in PEERS else "-"
-            ax.plot(x, median, style, color=colors[algo], label=f"{algo} ({stats['seeds']})")
-            if stats["seeds"] > 1:
-                ax.fill_between(x, low, high, color=colors[algo], alpha=0.15, linewidth=0)
-        ax.set_title(f"{task}-v5")
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel(f"mean return, last {WINDOW} episodes")
-        ax.grid(alpha=0.3)
-        if ax.has_data():
-            ax.legend(fontsize="x-small")
-            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-        else:
-            ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center")
-    figure.suptitle("median over seeds; band: min–max; dashed: SB3 PPO", fontsize=10)
-    figure.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=100)
-    plt.close(figure)
-    return out
+    return grid.plot_curves(
+        summary,
+        out,
+        title=lambda task: f"{task}-v5",
+        xlabel="environment steps",
+        algos=ALGOS,
+        peers=PEERS,
+        caption="median over seeds; band: min–max; dashed: SB3 PPO",
+    )
 
 
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
