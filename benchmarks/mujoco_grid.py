@@ -32,11 +32,12 @@ entries, commit 00128b5d; :data:`ZOO_PPO`), including the zoo's ``normalize: tru
 env, gymnasium's task as it is (SB3 clips actions to the bounds itself), one torch thread. Its
 logged return is the raw episode return (the ``Monitor`` under ``VecNormalize``).
 
-Layout, resumability and the summary follow ``benchmarks/minatar_grid.py``: each run lives in
+Layout, resumability and the summary are the MinAtar grid's (the harness modules
+``_scheduler``, ``_peers``, ``_summary``): each run lives in
 ``<results>/mujoco/runs/<Task>/<algo>/seed<N>/`` with ``summary.json`` and
 ``logs/<algo>/scalars/train/return_window.csv`` (the 100-episode training mean); a complete run
 is skipped, an unfinished one resumes from its checkpoint (ours with ``ac-train --resume``,
-the peer from its ``minatar_grid.PeerCheckpoint``, ``VecNormalize`` statistics included);
+the peer from its ``_peers.PeerCheckpoint``, ``VecNormalize`` statistics included);
 ``--jobs`` (default 2) runs at once. Output
 ``<results>/mujoco.{md,json,png}``: per task and algorithm the final mean return (mean of the
 last 100 training episodes at the end of the run; median and min–max over seeds), fps, the
@@ -59,8 +60,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import minatar_grid as grid  # noqa: E402  (run directories, peer logs, summaries)
+import _scheduler as scheduler  # noqa: E402
+from _grid_cli import add_grid_arguments, prepare, report, require, widen_to_grid  # noqa: E402
+from _peers import CHECKPOINT_MINUTES, WINDOW, PeerCheckpoint, PeerLog, jsonable, learn_peer  # noqa: E402
 from _results import write_markdown  # noqa: E402
+from _scheduler import ac_train, complete_at, has_checkpoint, read_summary  # noqa: E402
+from _summary import algo_stats, fmt, median, plot_curves, read_run, strip_curves  # noqa: E402
 
 RESULTS = HERE / "results"
 TASKS = ("HalfCheetah", "Hopper", "Walker2d")
@@ -68,7 +73,6 @@ OURS = ("acer", "acer_paper")
 PEERS = ("sb3_ppo",)
 ALGOS = OURS + PEERS
 DEFAULT_ALGOS = ("acer", "sb3_ppo")
-WINDOW = grid.WINDOW
 
 _POLICY_256 = {"log_std_init": -2, "ortho_init": False, "activation_fn": "ReLU", "net_arch": 256}
 ZOO_PPO: dict[str, dict[str, Any]] = {
@@ -188,9 +192,9 @@ def paper_flags() -> list[str]:
 def action(run: Run, results: Path, frames: int) -> str:
     """``"done"``, ``"resume"`` (ours, with a checkpoint) or ``"fresh"``."""
     directory = run.directory(results)
-    if grid.complete_at(grid.read_summary(directory), frames):
+    if complete_at(read_summary(directory), frames):
         return "done"
-    if grid.has_checkpoint(directory):
+    if has_checkpoint(directory):
         return "resume"
     return "fresh"
 
@@ -201,17 +205,17 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
     if run.algo in PEERS:
         child = ["--child", run.algo, run.task, str(run.seed), str(frames), str(directory)]
         return [sys.executable, str(Path(__file__).resolve()), *child]
-    every = ["--checkpoint-minutes", f"{grid.CHECKPOINT_MINUTES:g}"]
+    every = ["--checkpoint-minutes", f"{CHECKPOINT_MINUTES:g}"]
     if how == "resume":
         return [
-            *grid.ac_train(),
+            *ac_train(),
             "acer",
             *("--resume", str(directory), "--frames", str(frames)),
             *every,
         ]
     extra = paper_flags() if run.algo == "acer_paper" else []
     return [
-        *grid.ac_train(),
+        *ac_train(),
         "acer",
         "--env",
         run.env_id,
@@ -229,13 +233,13 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
 
 
 def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
-    """Run one cell in a subprocess (``minatar_grid.execute`` with this grid's commands)."""
-    return grid.execute(run, results, frames, how, timeout, action, command)
+    """Run one cell in a subprocess (:func:`_scheduler.execute` with this grid's commands)."""
+    return scheduler.execute(run, results, frames, how, timeout, action, command)
 
 
 def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
-    """Run every cell that is not done, ``args.jobs`` at a time (``minatar_grid.run_grid``)."""
-    return grid.run_grid(runs, args, action, execute)
+    """Run every cell that is not done, ``args.jobs`` at a time (:func:`_scheduler.run_grid`)."""
+    return scheduler.run_grid(runs, args, action, execute)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,8 +279,8 @@ def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict 
     env_id = f"{task}-v5"
     settings = peer_settings(task)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": 1, "normalize": True}
-    log = grid.PeerLog(out, algo, env_id, seed, frames, config | grid.jsonable(settings))
-    checkpoint = grid.PeerCheckpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
+    log = PeerLog(out, algo, env_id, seed, frames, config | jsonable(settings))
+    checkpoint = PeerCheckpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
     saved = checkpoint.latest()
     venv = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed + checkpoint.saved_frames())
     if saved is None:
@@ -284,9 +288,9 @@ def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict 
     else:  # the running statistics the policy was trained with
         env = VecNormalize.load(str(saved / NORMALIZE), venv)
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
-    complete = grid.learn_peer(model, log, checkpoint, frames, seed)
+    complete = learn_peer(model, log, checkpoint, frames, seed)
     env.close()
-    return grid.read_summary(out) if complete else None
+    return read_summary(out) if complete else None
 
 
 NORMALIZE = "vecnormalize.pkl"
@@ -304,13 +308,13 @@ def summarize(results: Path, tasks, algos, seeds) -> dict[str, Any]:
     for task in tasks:
         runs: dict[str, list[dict]] = {}
         for algo in algos:
-            found = [grid.read_run(Run(task, algo, s).directory(results)) for s in seeds]
+            found = [read_run(Run(task, algo, s).directory(results)) for s in seeds]
             runs[algo] = [r for r in found if r is not None]
             present += len(runs[algo])
             complete += sum(r["complete"] for r in runs[algo])
         per_task[task] = {
             "algorithms": {
-                a: grid.algo_stats(runs[a], None) | {"runs": runs[a]} for a in algos if runs[a]
+                a: algo_stats(runs[a], None) | {"runs": runs[a]} for a in algos if runs[a]
             },
             "published": PUBLISHED.get(task, {}),
         }
@@ -337,10 +341,10 @@ def task_table(task: str, data: dict[str, Any], planned_seeds: int) -> list[str]
             seeds += f" (partial: {s['unfinished']} unfinished)"
         walls = [r["wall_seconds"] for r in s["runs"]]
         lines.append(
-            f"| {algo} | {seeds} | {grid.fmt(s['final_median'], ',.0f')} | "
-            f"{grid.fmt(s['final_min'], ',.0f')}–{grid.fmt(s['final_max'], ',.0f')} | "
-            f"{grid.fmt(s['frames_median'], ',.0f')} | "
-            f"{grid.fmt(grid.median(walls), ',.0f')} | {grid.fmt(s['fps_median'], ',.0f')} |"
+            f"| {algo} | {seeds} | {fmt(s['final_median'], ',.0f')} | "
+            f"{fmt(s['final_min'], ',.0f')}–{fmt(s['final_max'], ',.0f')} | "
+            f"{fmt(s['frames_median'], ',.0f')} | "
+            f"{fmt(median(walls), ',.0f')} | {fmt(s['fps_median'], ',.0f')} |"
         )
     for row, value in data["published"].items():
         source = "¹" if row.startswith("SB3") else "²"
@@ -381,7 +385,7 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
 
 def plot(summary: dict[str, Any], out: Path) -> Path | None:
     """One panel per task: median curve per algorithm, seed range as a band."""
-    return grid.plot_curves(
+    return plot_curves(
         summary,
         out,
         title=lambda task: f"{task}-v5",
@@ -399,7 +403,7 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     md = results / "mujoco.md"
     write_markdown(md, markdown(summary, args))
     setup = {k: getattr(args, k) for k in ("tasks", "algos", "seeds", "frames")}
-    data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | grid.strip_curves(summary)
+    data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | strip_curves(summary)
     md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     plot(summary, results / "mujoco.png")
     return md
@@ -416,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     parser.add_argument("--algos", nargs="+", default=list(DEFAULT_ALGOS), choices=ALGOS)
-    grid.add_grid_arguments(
+    add_grid_arguments(
         parser, unit="environment steps", frames_per_timeout_second=50, results=RESULTS
     )
     return parser
@@ -424,15 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the grid (unless ``--summary-only``) and write the summary; return the exit status."""
-    args = grid.prepare(build_parser().parse_args(argv))
+    args = prepare(build_parser().parse_args(argv))
     failures = 0
     if not args.summary_only:
         peers = {"stable_baselines3"} if set(args.algos) & set(PEERS) else set()
-        grid.require({"mujoco"} | peers, "bench,mujoco")
+        require({"mujoco"} | peers, "bench,mujoco")
         failures = run_grid(plan(args.tasks, args.algos, args.seeds), args)
-        grid.widen_to_grid(args, "tasks", TASKS, DEFAULT_ALGOS, ALGOS)
+        widen_to_grid(args, "tasks", TASKS, DEFAULT_ALGOS, ALGOS)
     summary = summarize(args.results, args.tasks, args.algos, args.seeds)
-    return grid.report(summary, write_results(summary, args), failures)
+    return report(summary, write_results(summary, args), failures)
 
 
 def child(argv: list[str]) -> int:

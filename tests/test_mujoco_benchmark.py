@@ -127,7 +127,7 @@ def test_the_grid_runs_its_own_cells_through_the_shared_runner(bench, tmp_path, 
         started.append(cmd[cmd.index("--env") + 1] if "--env" in cmd else cmd[3:5])
         return {"status": "ok", "seconds": 0.0, "summary": {"complete": True, "frames": 3000}}
 
-    monkeypatch.setattr(bench.grid.scheduler, "run_process", run_process)
+    monkeypatch.setattr(bench.scheduler, "run_process", run_process)
     runs = [done, bench.Run("Hopper", "acer", 2), bench.Run("Hopper", "sb3_ppo", 1)]
     args = argparse.Namespace(results=tmp_path, frames=3000, timeout=60, jobs=1)
     args.keep_checkpoints = False
@@ -141,7 +141,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     cheetah = bench.Run("HalfCheetah", "sb3_ppo", 2)
     fake_run(cheetah.directory(tmp_path), "sb3_ppo", 2, final=4.0, curve=[(3000, 4.0, 100, 1.0)])
     started = []
-    monkeypatch.setattr(bench.grid, "require", lambda modules, extra: None)
+    monkeypatch.setattr(bench, "require", lambda modules, extra: None)
     monkeypatch.setattr(bench, "run_grid", lambda runs, args: started.extend(runs) or 0)
     part = ["--results", str(tmp_path), "--frames", "3000"]
     assert bench.main([*part, "--tasks", "Hopper", "--algos", "acer_paper", "--seeds", "1"]) == 0
@@ -162,8 +162,8 @@ def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_pat
     watcher = sigterm_once(out / "summary.json", 600)
     assert bench.train_peer("sb3_ppo", "Hopper", 1, budget, out) is None  # stopped
     watcher.join()
-    saved = bench.grid.PeerCheckpoint(out).latest()
-    at = bench.grid.PeerCheckpoint(out).saved_frames()
+    saved = bench.PeerCheckpoint(out).latest()
+    at = bench.PeerCheckpoint(out).saved_frames()
     assert at % 512 == 0 and 512 <= at < budget  # at a rollout start: all of it trained on
     assert sorted(p.name for p in saved.iterdir()) == sorted(
         ["model.zip", "state.pt", bench.NORMALIZE]
