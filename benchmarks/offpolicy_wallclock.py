@@ -1,7 +1,7 @@
 """Wall-clock to 475 on CartPole-v1: ACER and Reactor against PPO, in one run.
 
-The goal (issue 20): ACER and Reactor reach a 20-episode mean of 475 in no more wall-clock
-than our PPO, median of 3 seeds, measured side by side. For each seed, every variant of
+The question: do ACER and Reactor reach a 20-episode mean of 475 in no more wall-clock than our
+PPO (median of 3 seeds, measured side by side)? For each seed, every variant of
 :data:`VARIANTS` runs in a fresh subprocess, one after the other (so machine load hits them
 alike), and stops when the mean of its last 20 finished returns first reaches 475 or at its
 budget. Reported per variant: seeds reaching 475, median frames and wall seconds to 475
@@ -224,8 +224,7 @@ def main() -> None:
             "(seconds and fps share its cores); "
         )
         + "wall time includes model/collector construction; fps up to "
-        "475). Goal: ACER and "
-        "Reactor at a seconds-to-475 median no higher than PPO's.\n\n"
+        "475).\n\n"
     )
     write_table(runs, "ppo", args.out, header, seconds_ratio=True)
 
