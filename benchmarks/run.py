@@ -2,9 +2,12 @@
 
 * **Learning**: every algorithm on CartPole-v1 through ``ac-train`` (``python -m ac_extensions``,
   each run a fresh process, one after the other), default configs except the frames budget.
-  Writes each run's directory (``summary.json``, CSV logs) under
-  ``benchmarks/results/learning[_quick]/``, a markdown table ``learning[_quick].md`` (medians
-  over seeds) and the curves ``learning[_quick].png`` (``ac-plot``).
+  Writes each run's directory (``summary.json``, CSV logs) under ``<out>/learning[_quick]/``,
+  a markdown table ``<out>/learning[_quick].md`` (medians over seeds) and the curves
+  ``<out>/learning[_quick].png`` (``ac-plot``). ``<out>`` (``--out``) is ``runs/`` for
+  ``--quick`` (ignored by git: ``make run`` never rewrites a committed file) and
+  ``benchmarks/results/`` otherwise; ``--quick --out benchmarks/results`` refreshes the
+  committed quick table.
 * **Throughput**: frames per second of PPO training (default ``PPOConfig``) against the same
   collector with the same policy and no learning, and against raw gymnasium vector-env
   stepping (``SyncVectorEnv`` of the same W·E CartPoles, random actions, one process), as
@@ -13,6 +16,7 @@
   result files).
 
     python benchmarks/run.py --quick          # learning only, 1 seed, small budgets (make run)
+    python benchmarks/run.py --quick --frames-scale 0.1   # the same job on a tenth of the frames
     python benchmarks/run.py                  # learning (3 seeds) + throughput + micro
     python benchmarks/run.py --only throughput
 """
@@ -76,11 +80,13 @@ def median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def learning(seeds: list[int], frames: dict[str, int], tag: str) -> tuple[Path, Path]:
-    """Run every algorithm for every seed; write the table and the plot."""
+def learning(
+    seeds: list[int], frames: dict[str, int], tag: str, out: Path = RESULTS, command: str = ""
+) -> tuple[Path, Path]:
+    """Run every algorithm for every seed; write the table and the plot under ``out``."""
     from ac_extensions.cli.plot import plot
 
-    folder = RESULTS / f"learning{tag}"
+    folder = out / f"learning{tag}"
     summaries: dict[str, list[dict]] = {}
     runs: list[Path] = []
     for name in ALGORITHMS:
@@ -88,10 +94,10 @@ def learning(seeds: list[int], frames: dict[str, int], tag: str) -> tuple[Path, 
             print(f"skipping {name}: its recipe does not import", flush=True)
             continue
         for seed in seeds:
-            out = folder / f"{name}-seed{seed}"
-            summary = run_training(name, seed, frames[name], out)
+            run_dir = folder / f"{name}-seed{seed}"
+            summary = run_training(name, seed, frames[name], run_dir)
             summaries.setdefault(name, []).append(summary)
-            runs.append(out)
+            runs.append(run_dir)
             print(
                 f"{name:8s} seed {seed}: frames to threshold {summary['frames_to_threshold']}, "
                 f"final mean return {summary['final_mean_return']}, {summary['fps']} fps, "
@@ -117,17 +123,17 @@ def learning(seeds: list[int], frames: dict[str, int], tag: str) -> tuple[Path, 
             f"| {fmt(median(r['wall_seconds'] for r in results), '.1f')} |"
         )
     table = "\n".join(rows)
-    png = plot(runs, RESULTS / f"learning{tag}.png", f"CartPole-v1, seeds {seeds}")
-    markdown = RESULTS / f"learning{tag}.md"
+    png = plot(runs, out / f"learning{tag}.png", f"CartPole-v1, seeds {seeds}")
+    markdown = out / f"learning{tag}.md"
     write_markdown(
         markdown,
         "# Learning benchmark: every algorithm on CartPole-v1\n\n"
-        f"Command: `python benchmarks/run.py{' --quick' if tag else ''}` (default configs, "
+        f"Command: `python benchmarks/run.py{command}` (default configs, "
         f"seeds {seeds}, each run a fresh `ac-train` process one after the other; frames to "
         "475: first frame at which the mean of the last 20 finished episode returns reached "
         "475; final mean return: mean of the last 20 training episodes; wall seconds include "
         "model and collector start-up).\n\n" + table + f"\n\nCurves: `{png.name}`; runs: "
-        f"`{folder.relative_to(ROOT)}/`.\n",
+        f"`{folder.name}/`.\n",
     )
     print("\n" + table + f"\n\nwrote {markdown}\nplot: {png}", flush=True)
     return markdown, png
@@ -230,13 +236,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=["learning", "throughput", "micro"], default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--throughput-frames", type=int, default=50_176)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where the learning table, plot and runs go (default: runs/ with --quick, "
+        "else benchmarks/results/)",
+    )
+    parser.add_argument(
+        "--frames-scale",
+        type=float,
+        default=1.0,
+        help="multiply every learning budget (a shorter run of the same job, e.g. in CI)",
+    )
     args = parser.parse_args(argv)
     sections = [args.only] if args.only else (["learning"] if args.quick else
                                               ["learning", "throughput", "micro"])  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
     if "learning" in sections:
+        out = args.out or (ROOT / "runs" if args.quick else RESULTS)
+        out.mkdir(parents=True, exist_ok=True)
         seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
-        learning(seeds, QUICK_FRAMES if args.quick else FULL_FRAMES, "_quick" * args.quick)
+        budgets = QUICK_FRAMES if args.quick else FULL_FRAMES
+        budgets = {name: max(1, round(args.frames_scale * n)) for name, n in budgets.items()}
+        command = " ".join(argv if argv is not None else sys.argv[1:])
+        learning(seeds, budgets, "_quick" * args.quick, out, f" {command}" if command else "")
     if "throughput" in sections:
         throughput(args.throughput_frames)
     if "micro" in sections:
