@@ -146,7 +146,7 @@ PUBLISHED_SOURCE = (
 PUBLISHED_FRAMES = 5_000_000
 PUBLISHED_SEEDS = 30
 PUBLISHED: dict[str, dict[str, str]] = {
-    # game: {curve: value as quoted in ../shared/research/benchmarks.md (±10%, read by eye)}
+    # game: {curve: value read by eye (±10%) from the MinAtar paper's learning curves}
     "Asterix": {"DQN": "≈17", "AC(λ=0.8)": "≈19", "AC(λ=0)": "≈20"},
     "Breakout": {"DQN": "≈10", "AC(λ=0.8)": "≈17.5", "AC(λ=0)": "≈15"},
     "Freeway": {"DQN": "≈50", "AC(λ=0.8)": "≈47", "AC(λ=0)": "≈47"},

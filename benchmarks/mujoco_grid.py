@@ -128,7 +128,7 @@ PUBLISHED_SOURCES = {
     "last 100 episodes, ± across seeds)",
 }
 PUBLISHED: dict[str, dict[str, str]] = {
-    # task: {row: value as quoted in ../shared/research/benchmarks.md}
+    # task: {row: value as published (PUBLISHED_SOURCES)}
     "HalfCheetah": {
         "SB3 zoo SAC": "9535 ± 100",
         "SB3 zoo TD3": "9656 ± 970",

@@ -12,7 +12,7 @@ whose closed form is z*_t = g_t − max(0, (k_tᵀg_t − δ) / ‖k_t‖²) · 
 
 The constraint is **per sample**: g_t must be the gradient of the step-t objective alone, not of
 a batch mean (which shrinks g by the batch size and loosens the constraint by as much; a bug of
-several public ports, see ``research/algorithms.md`` §a.4 item 1).
+several public ACER ports).
 
 The ACER loss does not need a custom backward: minimising −J_t + sg(λ_t) · KL_t with
 λ_t = max(0, (k_tᵀg_t − δ)/‖k_t‖²) has gradient −g_t + λ_t k_t = −z*_t with respect to φ_t

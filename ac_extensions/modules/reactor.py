@@ -307,9 +307,8 @@ def make_reactor_actor(
             [*B, C, 10, 10].
         policy_epsilon: ε of the policy π = (1 − ε) softmax + ε/A (Reactor, §3.4.1: the
             softmax is mixed with a fixed uniform distribution, so µ(a|x) >= ε/A and the
-            importance ratios π/µ stay bounded). 0.01 is our choice: the paper's value could
-            not be verified here (research/algorithms.md §b.5). 0: the plain softmax (this
-            library's network before).
+            importance ratios π/µ stay bounded). 0.01 is this library's choice, not a value
+            taken from the paper. 0: the plain softmax (this library's network before).
         dueling: the Q head as state value + mean-centred advantages, per atom (Reactor's
             dueling distributional head; Wang et al., 2016, arXiv:1511.06581, Eq. 9). False:
             one linear layer to A×N logits.

@@ -1,7 +1,7 @@
 """What TorchRL's on-policy losses lack for ``[B, T]`` batches, as a mixin.
 
 TorchRL's ``A2CLoss`` / ``ClipPPOLoss`` compute the right losses on any batch shape and mask
-padded steps in their ``loss_*`` terms, but (torchrl 0.14, research/torchrl.md §1.4):
+padded steps in their ``loss_*`` terms, but (torchrl 0.14):
 diagnostics come out as per-time-step vectors on ``[B, T]`` input (``ESS``,
 ``explained_variance``) or ignore the padding mask (``entropy``, ``clip_fraction``,
 ``kl_approx``); advantage standardisation ignores ``("collector", "mask")``; a missing

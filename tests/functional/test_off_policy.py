@@ -100,7 +100,7 @@ class TestRetraceTargetsHandComputed:
         torch.testing.assert_close(out, col(3.7135, 3.015, 3.35))
 
     def test_terminal_last_step_does_not_bootstrap(self):
-        # style.md §5.2: r = (1, 0, 2), Q = V = 0, V(x_3) = 4, γ = 0.5, terminal at t = 2:
+        # By hand: r = (1, 0, 2), Q = V = 0, V(x_3) = 4, γ = 0.5, terminal at t = 2:
         # G_2 = 2; G_1 = .5·(0 + 1·(2 − 0)) = 1; G_0 = 1 + .5·(0 + 1·(1 − 0)) = 1.5
         end = flags(0, 0, 1)
         zeros = col(0.0, 0.0, 0.0)
