@@ -85,6 +85,7 @@ def learning(
 ) -> tuple[Path, Path]:
     """Run every algorithm for every seed; write the table and the plot under ``out``."""
     from ac_extensions.cli.plot import plot
+    from ac_extensions.cli.train import result_line
 
     folder = out / f"learning{tag}"
     summaries: dict[str, list[dict]] = {}
@@ -98,12 +99,7 @@ def learning(
             summary = run_training(name, seed, frames[name], run_dir)
             summaries.setdefault(name, []).append(summary)
             runs.append(run_dir)
-            print(
-                f"{name:8s} seed {seed}: frames to threshold {summary['frames_to_threshold']}, "
-                f"final mean return {summary['final_mean_return']}, {summary['fps']} fps, "
-                f"{summary['wall_seconds']} s",
-                flush=True,
-            )
+            print(f"seed {seed}: {result_line(summary)}", flush=True)
 
     def fmt(value, spec: str) -> str:
         return "—" if value is None else format(value, spec)

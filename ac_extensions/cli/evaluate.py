@@ -173,7 +173,8 @@ def evaluate_command(argv: list[str]) -> int:
     std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
     print(
         f"{name} on {config.env_id}: mean return {statistics.fmean(returns):.2f} ± {std:.2f} "
-        f"(std) over {len(returns)} episodes"
+        f"(std) over {len(returns)} episodes, "
+        + ("actions sampled from the policy" if args.sample else "greedy actions")
     )
     if args.video is not None:
         write_video(frames, args.video, args.fps)

@@ -77,37 +77,47 @@ def aggregate(curves: list[tuple[list[float], list[float]]]):
     return grid, values.mean(0), values.min(0), values.max(0)
 
 
+def group_runs(runs: list[Path]) -> tuple[dict[str, dict[str, list]], dict[str, set]]:
+    """The runs' curves by env, then by algorithm; and the thresholds found per env."""
+    groups: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    thresholds: dict[str, set] = defaultdict(set)
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        curve = read_curve(run)
+        if curve[0]:
+            groups[summary["env"]][summary["algorithm"]].append(curve)
+            thresholds[summary["env"]].add(summary.get("threshold"))
+    return groups, thresholds
+
+
 def plot(runs: list[Path], out: Path, title: str | None = None) -> Path:
-    """Draw the curves of ``runs`` into ``out`` (written atomically); return ``out``."""
+    """Draw the curves of ``runs`` into ``out`` (written atomically); return ``out``.
+
+    One panel per env (returns of different envs do not share a scale), one curve per
+    algorithm in it, the mean over its runs with their min–max as a band.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups: dict[str, list] = defaultdict(list)
-    thresholds = set()
-    for run in runs:
-        summary = json.loads((run / "summary.json").read_text())
-        curve = read_curve(run)
-        if curve[0]:
-            groups[f"{summary['algorithm']} ({summary['env']})"].append(curve)
-            thresholds.add(summary.get("threshold"))
+    groups, thresholds = group_runs(runs)
     if not groups:
         raise UsageError("the runs have no train/return_window logs (CSV logger) to plot")
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for label, curves in sorted(groups.items()):
-        grid, mean, low, high = aggregate(curves)
-        n = len(curves)
-        (line,) = axes.plot(grid, mean, label=f"{label}, {n} run{'s' * (n > 1)}")
-        if n > 1:
-            axes.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    if len(thresholds) == 1 and None not in thresholds:
-        axes.axhline(thresholds.pop(), color="grey", linestyle="--", linewidth=1, label="threshold")
-    axes.set_xlabel("frames")
-    axes.set_ylabel("mean return of the last 20 episodes")
-    axes.set_title(title or "learning curves (mean over seeds, band: min–max)")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize="small")
+    envs = sorted(groups)
+    figure, panels = plt.subplots(1, len(envs), figsize=(7 * len(envs), 4.5), squeeze=False)
+    for axes, env in zip(panels.flat, envs, strict=True):
+        for label, curves in sorted(groups[env].items()):
+            grid, mean, low, high = aggregate(curves)
+            n = len(curves)
+            (line,) = axes.plot(grid, mean, label=f"{label}, {n} run{'s' * (n > 1)}")
+            if n > 1:
+                axes.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        if len(thresholds[env]) == 1 and None not in thresholds[env]:
+            level = thresholds[env].pop()
+            axes.axhline(level, color="grey", linestyle="--", linewidth=1, label="threshold")
+        _finish_panel(axes, env)
+    figure.suptitle(title or "learning curves (mean over seeds, band: min–max)")
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp.png")
@@ -118,6 +128,15 @@ def plot(runs: list[Path], out: Path, title: str | None = None) -> Path:
         tmp.unlink(missing_ok=True)
         plt.close(figure)
     return out
+
+
+def _finish_panel(axes, env: str) -> None:
+    """Labels, grid and legend of one panel, titled with its env."""
+    axes.set_xlabel("frames")
+    axes.set_ylabel("mean return of the last 20 episodes")
+    axes.set_title(env)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize="small")
 
 
 def plot_command(argv: list[str]) -> int:

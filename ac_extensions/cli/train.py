@@ -371,6 +371,14 @@ def train_command(argv: list[str]) -> int:
     resumable = "checkpoint" in inspect.signature(module.train).parameters
     if not resumable and args.resume is not None:
         raise UsageError(f"the {name} recipe has no checkpoint support yet: cannot resume")
+    done = None if args.resume is None else complete_summary(out, config.frames)
+    if done is not None:  # nothing to train: the run and its files stay as they are
+        if not args.quiet:
+            print(
+                f"ac-train: {out} is already complete ({result_line(done)}); nothing to train "
+                f"(a larger --frames continues it)"
+            )
+        return 0
     tracker = Tracker(args.threshold)
     checkpointer = Checkpointer(
         out / "checkpoints",
@@ -429,12 +437,46 @@ def train_command(argv: list[str]) -> int:
     write_summary(complete=True)
     if not args.quiet:
         result = summary(name, config, tracker, complete=True)
-        print(
-            f"{name} on {config.env_id}: {result['frames']:,} frames in "
-            f"{result['wall_seconds']:.1f} s, final mean return {result['final_mean_return']}, "
-            f"frames to threshold {result['frames_to_threshold']}; wrote {out / 'summary.json'}"
-        )
+        print(f"{result_line(result)}; wrote {out / 'summary.json'}")
     return 0
+
+
+def complete_summary(out: Path, frames: int) -> dict[str, Any] | None:
+    """The ``summary.json`` of a run in ``out`` complete at ``frames`` or more, else None."""
+    try:
+        result = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    complete = result.get("complete") and int(result.get("frames") or 0) >= frames
+    return result if complete else None
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """A run's outcome for people: frames, seconds, the return window, the threshold.
+
+    Example:
+        >>> run = {"algorithm": "ppo", "env": "CartPole-v1", "frames": 20480,
+        ...     "wall_seconds": 12.34, "final_mean_return": 480.25}
+        >>> result_line(run)
+        'ppo on CartPole-v1: 20,480 frames in 12.3 s, mean of the last returns 480.2'
+        >>> result_line(run | {"threshold": 475.0, "frames_to_threshold": 18432.0})[75:]
+        '; reached 475 at 18,432 frames'
+    """
+    final = result.get("final_mean_return")
+    text = (
+        f"{result['algorithm']} on {result['env']}: {result['frames']:,} frames in "
+        f"{result['wall_seconds']:.1f} s, "
+        + ("no episode finished" if final is None else f"mean of the last returns {final:,.1f}")
+    )
+    threshold, reached = result.get("threshold"), result.get("frames_to_threshold")
+    if threshold is not None:
+        target = f"{threshold:,g}"
+        text += (
+            f"; did not reach {target}"
+            if reached is None
+            else f"; reached {target} at {int(reached):,} frames"
+        )
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -264,16 +264,22 @@ def test_plot_draws_a_png(ppo_run, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
 
 
-def _corrupt(ppo_run: Path, tmp_path: Path) -> Path:
-    run = tmp_path / "corrupt"
+def _unfinished_copy(ppo_run: Path, run: Path) -> Path:
+    """A copy of the run that says it is unfinished (a resume then needs its checkpoint)."""
     shutil.copytree(ppo_run, run)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(summary | {"complete": False}))
+    return run
+
+
+def _corrupt(ppo_run: Path, tmp_path: Path) -> Path:
+    run = _unfinished_copy(ppo_run, tmp_path / "corrupt")
     (Checkpointer(run / "checkpoints").latest() / "state.pt").write_bytes(b"\x00" * 100)
     return run
 
 
 def _empty(ppo_run: Path, tmp_path: Path) -> Path:
-    run = tmp_path / "empty"
-    shutil.copytree(ppo_run, run)
+    run = _unfinished_copy(ppo_run, tmp_path / "empty")
     shutil.rmtree(run / "checkpoints")
     return run
 
@@ -356,3 +362,45 @@ def test_checkpoint_minutes_is_a_run_option_not_a_config_field(tmp_path):
     assert not hasattr(config, "checkpoint_minutes")  # not saved with the run's config
     with pytest.raises(UsageError, match="--checkpoint-minutes must be >= 0"):
         train.parse(["acer", "--checkpoint-minutes", "-1", *TINY])
+
+
+@pytest.mark.timeout(300)
+def test_resuming_a_complete_run_says_so_and_trains_nothing(ppo_run, capsys):
+    before = (ppo_run / "summary.json").read_bytes()
+    assert train.main(["--resume", str(ppo_run)]) == 0
+    out = capsys.readouterr().out
+    assert f"{ppo_run} is already complete (ppo on CartPole-v1: 128 frames in " in out
+    assert "nothing to train (a larger --frames continues it)" in out
+    assert (ppo_run / "summary.json").read_bytes() == before
+
+
+def test_the_result_line_formats_numbers_for_people():
+    run = {"algorithm": "acer", "env": "Pendulum-v1", "frames": 23552, "wall_seconds": 61.04}
+    line = train.result_line(run | {"final_mean_return": -1227.7279434204102})
+    assert line == "acer on Pendulum-v1: 23,552 frames in 61.0 s, mean of the last returns -1,227.7"
+    assert train.result_line(run | {"final_mean_return": None}).endswith("no episode finished")
+    missed = run | {"final_mean_return": 20.0, "threshold": 475.0, "frames_to_threshold": None}
+    assert train.result_line(missed).endswith("; did not reach 475")
+    assert "None" not in train.result_line(missed)
+
+
+@pytest.mark.timeout(300)
+def test_eval_says_whether_actions_are_greedy_or_sampled(ppo_run, capsys):
+    assert evaluate.main([str(ppo_run), "--episodes", "1"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("over 1 episodes, greedy actions")
+    assert evaluate.main([str(ppo_run), "--episodes", "1", "--sample"]) == 0
+    assert "actions sampled from the policy" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(300)
+def test_plot_puts_each_env_in_its_own_panel(ppo_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(ppo_run, other)
+    summary = json.loads((other / "summary.json").read_text())
+    (other / "summary.json").write_text(json.dumps(summary | {"env": "Acrobot-v1"}))
+    groups, _ = plot.group_runs([ppo_run, other, ppo_run])
+    assert sorted(groups) == ["Acrobot-v1", "CartPole-v1"]
+    assert [len(v) for v in groups["CartPole-v1"].values()] == [2]
+    png = tmp_path / "two.png"
+    assert plot.main([str(ppo_run), str(other), "--out", str(png)]) == 0
+    assert png.stat().st_size > 1000
