@@ -107,7 +107,13 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         help="continue the run in DIR from its newest checkpoint (its saved config; "
         "flags given here override it, e.g. --frames to extend it)",
     )
-    run.add_argument("--quiet", action="store_true", help="no progress bar, no final line")
+    run.add_argument("--quiet", action="store_true", help="no progress, no final line")
+    run.add_argument(
+        "--progress-seconds",
+        type=float,
+        default=30.0,
+        help="seconds between two progress lines when the output is not a terminal",
+    )
     if config_cls is not None:
         add_config_flags(parser, config_cls)
     return parser
@@ -136,6 +142,7 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
         "checkpoint_minutes",
         "resume",
         "quiet",
+        "progress_seconds",
     }
     given = {k: v for k, v in vars(args).items() if k not in run_options}
     if args.checkpoint_every < 0:
@@ -242,38 +249,84 @@ def summary(name: str, config, tracker: Tracker, *, complete: bool) -> dict[str,
     }
 
 
-class ProgressLine:
-    """A carriage-return progress line on a terminal; silent otherwise."""
+class ProgressReport:
+    """A run's progress: a ``tqdm`` bar on a terminal, else one plain line every ``every`` s.
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total = total
-        self.enabled = enabled
-        self.shown = 0.0
+    Both give the percentage, frames, frames per second, the time left at that rate and the
+    latest return window; the plain lines are for logs (``nohup``, a redirect, CI, a cluster
+    job), where a bar would be one endless line.
+
+    Args:
+        total: the run's frames.
+        mode: ``"bar"``, ``"lines"`` or ``"off"``.
+        every: seconds between two plain lines.
+        stream: where to write (standard output).
+    """
+
+    def __init__(self, total: int, mode: str, every: float = 30.0, stream=None) -> None:
+        self.total, self.mode, self.every = total, mode, every
+        self.stream = stream or sys.stdout
+        self.bar = None
+        self.shown = time.monotonic()
 
     def update(self, metrics: dict[str, float], force: bool = False) -> None:
-        """Redraw the line (at most 4 times a second unless ``force``)."""
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.shown < 0.25):
-            return
-        self.shown = now
-        parts = [
-            f"{int(metrics.get('time/frames', 0)):>10,}/{self.total:,} frames",
-            f"{metrics.get('time/fps', 0):7,.0f} fps",
-            f"return {metrics.get('train/return_window', math.nan):7.1f}",
-        ]
-        for label, suffix in (("π", "loss_objective"), ("V", "loss_critic")):
-            key = next((k for k in metrics if k.endswith(suffix)), None)
-            if key is not None:
-                parts.append(f"loss {label} {metrics[key]: .3g}")
-        sys.stdout.write("\r" + " | ".join(parts) + "\033[K")
-        sys.stdout.flush()
+        """Account for one batch's metrics (a plain line when ``every`` s passed or ``force``)."""
+        frames = int(metrics.get("time/frames", 0))
+        window = metrics.get("train/return_window", math.nan)
+        if self.mode == "bar":
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(
+                    total=self.total,
+                    initial=0,
+                    unit="frame",
+                    unit_scale=True,
+                    dynamic_ncols=True,
+                    file=self.stream,
+                )
+            self.bar.update(max(0, frames - self.bar.n))
+            if math.isfinite(window):
+                self.bar.set_postfix_str(f"return {window:,.1f}", refresh=False)
+        elif self.mode == "lines":
+            now = time.monotonic()
+            if force or now - self.shown >= self.every:
+                self.shown = now
+                print(progress_text(frames, self.total, metrics), file=self.stream, flush=True)
 
     def close(self) -> None:
-        """End the line."""
-        if self.enabled:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-            self.enabled = False  # once
+        """End the bar (once)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def progress_text(frames: int, total: int, metrics: dict[str, float]) -> str:
+    """One plain progress line.
+
+    Example:
+        >>> progress_text(5120, 20480, {"time/fps": 2560.0, "train/return_window": 41.25})
+        'ac-train: 25% 5,120/20,480 frames, 2,560 fps, 6 s left, return 41.2'
+    """
+    fps = metrics.get("time/fps", 0.0)
+    parts = [f"ac-train: {100 * frames / max(total, 1):.0f}% {frames:,}/{total:,} frames"]
+    if fps > 0:
+        parts.append(f"{fps:,.0f} fps")
+        parts.append(f"{_duration(max(0.0, total - frames) / fps)} left")
+    window = metrics.get("train/return_window", math.nan)
+    parts.append(
+        "no episode finished yet" if not math.isfinite(window) else f"return {window:,.1f}"
+    )
+    return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as "1 h 05 min", "12 min" or "40 s"."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
 def truncate_logs(directory: Path, frames: float) -> None:
@@ -403,7 +456,8 @@ def train_command(argv: list[str]) -> int:
         return state
 
     checkpointer.extra = extra
-    line = ProgressLine(config.frames, enabled=not args.quiet and sys.stdout.isatty())
+    mode = "off" if args.quiet else "bar" if sys.stdout.isatty() else "lines"
+    line = ProgressReport(config.frames, mode, args.progress_seconds)
 
     def write_summary(complete: bool) -> None:
         text = json.dumps(summary(name, config, tracker, complete=complete), indent=1)

@@ -328,29 +328,34 @@ def test_help_lists_every_field_with_its_documentation(capsys):
     assert "--env ENV_ID" in text and "--resume DIR" in text and "--logger" in text
 
 
-def test_progress_line_is_a_carriage_return_line_only_when_enabled(monkeypatch):
+def test_progress_is_a_bar_on_a_terminal_lines_elsewhere_and_nothing_when_quiet():
     import io
 
-    metrics = {
-        "time/frames": 512.0,
-        "time/fps": 1234.0,
-        "train/return_window": 20.5,
-        "train/loss_objective": -0.01,
-        "train/loss_critic": 2.5,
-    }
-    for enabled in (True, False):
+    metrics = {"time/frames": 512.0, "time/fps": 256.0, "train/return_window": 20.5}
+    later = metrics | {"time/frames": 768.0}
+    out = {}
+    for mode in ("bar", "lines", "off"):
         buffer = io.StringIO()
-        monkeypatch.setattr(sys, "stdout", buffer)
-        line = train.ProgressLine(1024, enabled=enabled)
-        line.update(metrics, force=True)
-        line.close()
-        text = buffer.getvalue()
-        if enabled:
-            assert text.startswith("\r") and text.endswith("\n")
-            for part in ("512/1,024 frames", "1,234 fps", "return    20.5", "loss V  2.5"):
-                assert part in text, text
-        else:
-            assert text == ""
+        report = train.ProgressReport(1024, mode, every=3600.0, stream=buffer)
+        report.update(metrics, force=True)
+        report.update(later)  # within `every`: no second line
+        report.close()
+        out[mode] = buffer.getvalue()
+    assert "768/1.02k" in out["bar"] and "return 20.5" in out["bar"] and "75%" in out["bar"]
+    assert out["lines"] == "ac-train: 50% 512/1,024 frames, 256 fps, 2 s left, return 20.5\n"
+    assert out["off"] == ""
+
+
+@pytest.mark.timeout(300)
+def test_a_run_off_a_terminal_prints_progress_lines(tmp_path):
+    out = tmp_path / "lines"
+    argv = ["ppo", "--frames", "128", "--out", str(out), "--progress-seconds", "0"]
+    result = cli(*argv, *[a for a in TINY if a != "--quiet"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("ac-train: ")]
+    assert len(lines) >= 2 and "% " in lines[0] and "/128 frames" in lines[0], result.stdout
+    assert lines[-1].startswith("ac-train: 100% 128/128 frames")
+    assert "\r" not in result.stdout
 
 
 def test_checkpoint_minutes_is_a_run_option_not_a_config_field(tmp_path):
