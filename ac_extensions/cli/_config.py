@@ -14,6 +14,7 @@ import importlib
 import inspect
 import itertools
 import json
+import re
 import textwrap
 import types
 import typing
@@ -133,12 +134,67 @@ def _family_help(config_cls: type) -> dict[str, str]:
     return notes
 
 
+class Toggle(argparse.Action):
+    """A boolean flag: ``--name`` (true), ``--no-name`` (false), or ``--name true|false``."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        kwargs.pop("type", None)
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value")
+            setattr(namespace, self.dest, False)
+            return
+        try:
+            setattr(namespace, self.dest, True if values is None else _boolean(values))
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"{option_string}: {error}")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """One spelling per flag, ``--flag/--no-flag`` for booleans, no repeated defaults."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, Toggle):
+            return "/".join(action.option_strings)
+        if action.option_strings and action.nargs != 0:
+            return f"{action.option_strings[0]} {self._format_args(action, action.dest.upper())}"
+        return super()._format_action_invocation(action)
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def help_sentence(doc: str) -> str:
+    """The first sentence of a field's docstring, without reStructuredText markup.
+
+    Example:
+        >>> help_sentence("Steps per ``[B, T]`` window (see :class:`~a.b.Config`). More.")
+        'Steps per [B, T] window (see Config)'
+    """
+
+    def target(match: re.Match) -> str:  # :class:`~a.b.C` → C, :mod:`a.b` → a.b
+        return match.group(1).rsplit(".", 1)[-1] if "~" in match.group(0) else match.group(1)
+
+    text = _ROLE.sub(target, doc)
+    text = text.replace("``", "")
+    for abbreviation in ("e.g.", "i.e.", "vs.", "cf.", "et al."):
+        text = text.replace(abbreviation, abbreviation.replace(".", "\0"))
+    first = re.split(r"(?<=[a-z0-9)\]`'])\.\s", text, maxsplit=1)[0]
+    return first.rstrip(".").strip().replace("\0", ".")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, defaults=None) -> None:
     """One flag per field of ``config_cls``; values absent from the command line are left out.
 
     The parsed namespace holds only the flags given (``argparse.SUPPRESS``), so a caller can
-    layer them over the config's defaults or over a saved config (``--resume``). The help
-    names the defaults that differ per env family (``FAMILY_DEFAULTS``).
+    layer them over the config's defaults or over a saved config (``--resume``). The help is
+    the first sentence of the field's docstring and its default, with the defaults that
+    differ per env family (``FAMILY_DEFAULTS``) beside it. Booleans are ``--flag/--no-flag``
+    (``--flag true|false`` still works); the ``--field_name`` spelling is accepted but not
+    shown.
     """
     defaults = defaults or {}
     hints = typing.get_type_hints(config_cls)
@@ -149,23 +205,26 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, defaults
         if field.name in SKIPPED:
             continue
         convert, choices = _converter(hints[field.name])
-        names = [f"--{field.name.replace('_', '-')}"]
-        if "_" in field.name:
-            names.append(f"--{field.name}")
-        names = [*ALIASES.get(field.name, ()), *names]
+        dashed = f"--{field.name.replace('_', '-')}"
+        spellings = [*ALIASES.get(field.name, ()), dashed, f"--{field.name}"]
+        shown, hidden = spellings[0], [n for n in dict.fromkeys(spellings) if n != spellings[0]]
         default = defaults.get(field.name, field.default)
         if isinstance(default, tuple):
             default = ",".join(map(str, default))
-        text = docs.get(field.name, "").replace("%", "%%")
-        group.add_argument(
-            *names,
-            dest=field.name,
-            type=convert,
-            choices=choices,
-            default=argparse.SUPPRESS,
-            metavar=field.name.upper() if choices is None else None,
-            help=f"{text} (default: {default}{family_notes.get(field.name, '')})",
-        )
+        text = help_sentence(docs.get(field.name, "")).replace("%", "%%")
+        text = f"{text} (default: {default}{family_notes.get(field.name, '')})"
+        common = dict(dest=field.name, default=argparse.SUPPRESS)
+        if hints[field.name] is bool:
+            negative = f"--no-{shown[2:]}"
+            group.add_argument(shown, negative, action=Toggle, help=text, **common)
+            if hidden:
+                group.add_argument(*hidden, action=Toggle, help=argparse.SUPPRESS, **common)
+            continue
+        typed = dict(type=convert, choices=choices, **common)
+        metavar = field.name.upper() if choices is None else None
+        group.add_argument(shown, metavar=metavar, help=text, **typed)
+        if hidden:
+            group.add_argument(*hidden, help=argparse.SUPPRESS, **typed)
 
 
 def make_config(config_cls: type, values: dict[str, Any]):

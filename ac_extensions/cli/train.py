@@ -41,6 +41,7 @@ from typing import Any
 from ac_extensions.cli._config import (
     RECIPES,
     RUN_FILE,
+    HelpFormatter,
     UsageError,
     add_config_flags,
     check_env_id,
@@ -62,9 +63,10 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
     prog = "ac-train" if name is None else f"ac-train {name}"
     parser = ArgumentParser(
         prog=prog,
+        usage=f"{prog} [options]" if name is not None else None,
         description="Train an actor-critic recipe. `ac-train ALGORITHM --help` lists the "
         "algorithm's config fields; every field is a --flag.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     if name is None:
         parser.add_argument("algorithm", choices=list(RECIPES), help="which recipe")
@@ -76,7 +78,7 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         help="output directory (default: runs/<algorithm>-<env>-seed<seed>)",
     )
     run.add_argument(
-        "--logger", choices=list(LOGGERS), default="csv", help="TorchRL logger backend"
+        "--logger", choices=list(LOGGERS), default="csv", help="TorchRL logger (default: csv)"
     )
     run.add_argument(
         "--threshold",
@@ -89,15 +91,14 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         type=int,
         default=10,
         metavar="K",
-        help="save a checkpoint every K updates (0: only at the end)",
+        help="save a checkpoint every K updates (0: only at the end; default: 10)",
     )
     run.add_argument(
         "--checkpoint-minutes",
         type=float,
         default=0.0,
         metavar="M",
-        help="and at most once every M minutes (the final one always): for long runs whose "
-        "checkpoints hold a replay (0: no such limit)",
+        help="and at most once every M minutes, the final one always (default 0: no limit)",
     )
     run.add_argument(
         "--resume",
@@ -112,7 +113,7 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         "--progress-seconds",
         type=float,
         default=30.0,
-        help="seconds between two progress lines when the output is not a terminal",
+        help="seconds between two progress lines off a terminal (default: 30)",
     )
     if config_cls is not None:
         add_config_flags(parser, config_cls)

@@ -321,11 +321,34 @@ def test_help_lists_every_field_with_its_documentation(capsys):
     with pytest.raises(SystemExit) as exit_:
         train.main(["acer", "--help"])
     assert exit_.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
+    raw = capsys.readouterr().out
+    text = " ".join(raw.split())
     for field in dataclasses.fields(ACERConfig):
-        assert f"--{field.name.replace('_', '-')}" in text, field.name
+        if field.name not in ("env_id", "algorithm", "transform_factory", "reshape_reward"):
+            assert f"--{field.name.replace('_', '-')}" in text, field.name
     assert "Steps per sequence (k = 20 in the paper)" in text  # the field's docstring
     assert "--env ENV_ID" in text and "--resume DIR" in text and "--logger" in text
+    # Readable: one spelling, defaults once, no markup, booleans as --flag/--no-flag.
+    assert "--env-id" not in text and "--share_torso" not in text and "--env_id" not in text
+    assert "--share-torso/--no-share-torso" in text
+    assert text.count("(default:") == text.count("(default: ") and "(default: None) (" not in text
+    assert ":class:" not in text and "``" not in text and ":mod:" not in text
+    assert len(raw.splitlines()) < 170
+
+
+def test_every_spelling_of_a_flag_still_parses(tmp_path):
+    out = ["--out", str(tmp_path / "run")]
+    for argv, expected in (
+        (["--share-torso"], True),
+        (["--no-share-torso"], False),
+        (["--share-torso", "false"], False),
+        (["--share_torso", "true"], True),
+    ):
+        _, config, _ = train.parse(["acer", *argv, *out])
+        assert config.share_torso is expected, argv
+    for spelling in ("--env", "--env-id", "--env_id"):
+        _, config, _ = train.parse(["acer", spelling, "Acrobot-v1", *out])
+        assert config.env_id == "Acrobot-v1"
 
 
 def test_progress_is_a_bar_on_a_terminal_lines_elsewhere_and_nothing_when_quiet():
