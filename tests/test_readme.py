@@ -102,13 +102,19 @@ def test_ci_runs_make_test():
     assert re.search(r"^\s*make test\s*$", (ROOT / ".ci" / "run").read_text(), re.MULTILINE)
 
 
-def test_relative_links_exist():
-    text = README.read_text(encoding="utf-8")
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+PAGES = (README, RESULTS)
+"""The pages whose links and results tables are checked (links relative to each page)."""
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_exist(page):
+    text = page.read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)\s]+)\)", text)
     local = [link.split("#")[0] for link in links if "://" not in link and link.split("#")[0]]
-    assert local, "README.md links no committed file"
-    missing = [link for link in local if not (ROOT / link).exists()]
-    assert not missing, f"README links missing files: {missing}"
+    assert local, f"{page.name} links no committed file"
+    missing = [link for link in local if not (page.parent / link).exists()]
+    assert not missing, f"{page.name} links missing files: {missing}"
 
 
 NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?")
@@ -118,28 +124,36 @@ def numbers(text: str) -> set[str]:
     return {token.replace(",", "") for token in NUMBER.findall(text)}
 
 
-def quoted_tables() -> list[tuple[list[str], list[str]]]:
-    """Each table of the README's Results section with the results files linked just above it."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Results", 1)[1].split("\n## ", 1)[0]
+def quoted_tables(page: Path = README) -> list[tuple[list[Path], list[str]]]:
+    """Each results table of ``page`` with the results files linked just above it.
+
+    The README's tables are those of its Results section; the results page's, all of them.
+    """
+    text = page.read_text(encoding="utf-8")
+    if page == README:
+        text = text.split("\n## Results", 1)[1].split("\n## ", 1)[0]
     tables, links, rows = [], [], []
-    for line in [*section.splitlines(), ""]:
+    for line in [*text.splitlines(), ""]:
         if line.startswith("|"):
             rows.append(line)
             continue
         if rows:
             tables.append((links, rows[2:]))  # data rows: after the header and the separator
             links, rows = [], []
-        links = links + re.findall(r"\]\((benchmarks/results/[^)\s]+\.md)\)", line)
+        found = re.findall(r"\]\(((?:benchmarks/)?results/[^)\s]+\.md)\)", line)
+        links = links + [page.parent / link for link in found]
     return tables
 
 
-def test_results_tables_quote_their_files():
-    tables = quoted_tables()
-    assert tables, "README.md has no results tables"
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_results_tables_quote_their_files(page):
+    tables = quoted_tables(page)
+    assert tables, f"{page.name} has no results tables"
     for links, rows in tables:
         assert links, f"a results table has no link to its file above it: {rows[0]}"
-        source = numbers("".join((ROOT / link).read_text(encoding="utf-8") for link in links))
+        source = numbers("".join(link.read_text(encoding="utf-8") for link in links))
         for row in rows:
             stale = numbers(row) - source
-            assert not stale, f"{links}: README row {row!r} quotes {sorted(stale)}, not in the file"
+            assert not stale, (
+                f"{links}: {page.name} row {row!r} quotes {sorted(stale)}, not in the file"
+            )
