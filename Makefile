@@ -7,13 +7,13 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint run bench bench-learning bench-throughput bench-functional bench-ppo bench-a2c bench-acer bench-minatar bench-mujoco clean
+.PHONY: venv test lint run docs bench bench-learning bench-throughput bench-functional bench-ppo bench-a2c bench-acer bench-minatar bench-mujoco clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[test,ray,minatar,mujoco,bench]"
+	$(BIN)/pip install --quiet -e ".[test,ray,minatar,mujoco,bench,docs]"
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
@@ -26,6 +26,11 @@ lint: venv
 # The Ray tests stay on one worker (one local cluster).
 test: venv lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
+
+# The API reference (docstrings) with the README as its front page; warnings are errors.
+docs: venv
+	$(BIN)/python -m sphinx -W -q -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
 
 run: venv
 	$(BIN)/python benchmarks/run.py --quick
