@@ -270,6 +270,12 @@ def cut_traces_at_padding(
     return out
 
 
+def check_burn_in(steps: int, time: int) -> None:
+    """Raise unless 0 <= ``steps`` < ``time`` (T): burn-in must leave steps to learn from."""
+    if not 0 <= steps < time:
+        raise ValueError(f"burn-in needs 0 <= steps < T = {time}, got steps = {steps}")
+
+
 def burn_in(
     tensordict: TensorDictBase,
     steps: int,
@@ -302,9 +308,7 @@ def burn_in(
         The last T − ``steps`` steps, batch [*B, T − steps], with the burned-in hidden state at
         their first step (a new TensorDict; the input is not modified).
     """
-    time = tensordict.batch_size[-1]
-    if not 0 <= steps < time:
-        raise ValueError(f"burn-in needs 0 <= steps < T = {time}, got steps = {steps}")
+    check_burn_in(steps, tensordict.batch_size[-1])
     if steps == 0:
         return tensordict
     for key in (init_key, *hidden_keys):
@@ -377,9 +381,7 @@ class ReplayedSequenceLoss(LossModule):
         """
         if tensordict.batch_dims == 0:
             raise ValueError(f"{type(self).__name__}: the input needs a batch shape [T] or [B, T]")
-        time = tensordict.batch_size[-1]
-        if self.burn_in and not self.burn_in < time:
-            raise ValueError(f"burn-in needs 0 <= steps < T = {time}, got steps = {self.burn_in}")
+        check_burn_in(self.burn_in, tensordict.batch_size[-1])  # before the key checks
         self._check_input(tensordict)
         single = tensordict.batch_dims == 1
         if single:

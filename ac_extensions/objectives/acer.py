@@ -330,13 +330,15 @@ class ACERLoss(ReplayedSequenceLoss):
                 f"{[*batch, 1]}, got shape {list(reward.shape)} with "
                 f"{int((~torch.isfinite(reward)).sum())} non-finite entries"
             )
-        behavior_log_probs = behavior.log_softmax(-1)
-        taken = behavior_log_probs.gather(-1, action.unsqueeze(-1))
+
+    def _check_behavior(self, behavior_log_probs: Tensor, action: Tensor) -> None:
+        """Raise where µ gave the taken action probability 0 (log µ [B, T, A], a [B, T, 1])."""
+        taken = behavior_log_probs.gather(-1, action)
         if bool((taken == -math.inf).any()):
             raise ValueError(
-                f"{name}: the behavior probability of the taken action is 0 at "
-                f"{int((taken == -math.inf).sum())} steps ({keys.behavior_logits!r}, shape "
-                f"{list(behavior.shape)}): the data cannot come from that policy"
+                f"{type(self).__name__}: the behavior probability of the taken action is 0 at "
+                f"{int((taken == -math.inf).sum())} steps ({self.tensor_keys.behavior_logits!r},"
+                f" shape {list(behavior_log_probs.shape)}): the data cannot come from that policy"
             )
 
     def _outputs(self, tensordict: TensorDictBase) -> tuple[Tensor, ...]:
@@ -427,6 +429,7 @@ class ACERLoss(ReplayedSequenceLoss):
         tensordict, mask = prepared.td, prepared.mask
         action = tensordict.get(keys.action).unsqueeze(-1)  # a_t                 [B, T, 1]
         behavior_log_probs = tensordict.get(keys.behavior_logits).log_softmax(-1)  # [B, T, A]
+        self._check_behavior(behavior_log_probs, action)
         logits, q, average_logits, next_logits, next_q = self._outputs(tensordict)
         q_ret = self._q_ret(tensordict, action, behavior_log_probs, logits, q, next_logits, next_q)
         out = F.categorical_acer_losses(

@@ -573,7 +573,8 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
     # ------------------------------------------------------------------ forward
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the continuous ACER losses for a batch of sequences."""
-        tensordict = self._prepare(tensordict).td
+        prepared = self._prepare(tensordict)
+        tensordict, mask = prepared.td, prepared.mask  # [B, T]; valid steps [B, T] or None
         step = self._step_targets(tensordict)
         policy, behavior, value = step["policy"], step["behavior"], step["value"].detach()
         loc, scale, ratio = step["loc"], step["scale"], step["ratio"]
@@ -620,7 +621,6 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
             penalty = F.trust_region_loss(kl, g, k, self.trust_region_delta)
             active = (F.trust_region_multiplier(g, k, self.trust_region_delta) > 0).to(kl.dtype)
 
-        mask = valid_mask(self, tensordict)
         return TensorDict(
             {
                 "loss_objective": self._mean(policy_loss + penalty, mask),

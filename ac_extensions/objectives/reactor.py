@@ -24,7 +24,6 @@ from ac_extensions.objectives._replay import (
     run_under,
     split_joint,
 )
-from ac_extensions.objectives._sequence import valid_mask
 
 __all__ = ["ReactorLoss"]
 
@@ -34,6 +33,7 @@ class _Terms:
     """Per-step quantities of one forward pass, batch [*B, T] (a [T] input gets B = 1)."""
 
     td: TensorDictBase  # the input, with a batch dim added for a single sequence
+    mask: Tensor | None  # its valid (unpadded) steps                   [*B, T]; None: all
     probs: Tensor  # π(·|x_t), carries gradient                        [*B, T, A]
     log_probs: Tensor  # log π(·|x_t)                                   [*B, T, A]
     action: Tensor  # a_t                                               [*B, T, 1]
@@ -519,7 +519,8 @@ class ReactorLoss(ReplayedSequenceLoss):
     def _terms(self, tensordict: TensorDictBase) -> _Terms:
         """Every per-step quantity of the losses; the targets are detached."""
         keys = self.tensor_keys
-        tensordict = self._prepare(tensordict).td  # checked, [B, T], traces cut at padding
+        prepared = self._prepare(tensordict)  # checked, [B, T], traces cut at padding
+        tensordict = prepared.td
         nxt = tensordict.get("next")
         batch = tensordict.batch_size
         action = tensordict.get(keys.action).unsqueeze(-1)  # a_t                 [B, T, 1]
@@ -585,6 +586,7 @@ class ReactorLoss(ReplayedSequenceLoss):
         )  # [*B, T, 1]; Q(x_t, ·) [*B, T, A]; q(x_t, a_t, ·) [*B, T, N] or None
         return _Terms(
             td=tensordict,
+            mask=prepared.mask,
             probs=probs,
             log_probs=log_probs,
             action=action,
@@ -674,7 +676,7 @@ class ReactorLoss(ReplayedSequenceLoss):
         """Compute the Reactor losses for a batch of sequences and write their priorities."""
         x = self._terms(tensordict)
         batch = x.td.batch_size
-        mask = valid_mask(self, x.td)  # [*B, T] or None
+        mask = x.mask  # [*B, T] or None
         weight = self._sample_weight(tensordict, batch)  # [*B, T, 1] or None
         c = self.loo_threshold
         policy_loss = F.beta_loo_policy_loss(
