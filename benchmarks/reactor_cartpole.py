@@ -6,8 +6,7 @@ arXiv:1704.04651v2), the ACER recipe (default ``ACERConfig``) and the PPO recipe
 ``PPOConfig``), each in a fresh subprocess, one after the other, each capped at ``--frames``.
 Reports frames and wall seconds until the mean of the last 20 finished episode returns first
 reaches 475 (a run stops there), and frames per second; medians over seeds and ratios
-against PPO. The issue's
-target is a Reactor median of at most 30k frames.
+against PPO. The target is a Reactor median of at most 30k frames.
 
     python benchmarks/reactor_cartpole.py --seeds 1 2 3 --frames 60000
 

@@ -36,7 +36,7 @@ def _scalar_window(reward, chosen_action_value, next_state_value, trace, done, t
 
 
 def retrace_targets(reward, chosen_action_value, next_state_value, trace, done, terminated, gamma):
-    """Issue #2's recursion, one batch element and one step at a time.
+    """The Retrace recursion, one batch element and one step at a time.
 
     G_t = r_t + γ(1 − term_t)·[V(x_{t+1}) + (1 − done_t)·c_{t+1}·(G_{t+1} − Q(x_{t+1}, a_{t+1}))],
     the bracket's second term absent at t = T − 1.

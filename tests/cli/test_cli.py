@@ -102,7 +102,7 @@ def test_train_end_to_end(name, tmp_path):
         from ac_extensions.recipes import reactor
 
         if "checkpoint" not in inspect.signature(reactor.train).parameters:
-            pytest.skip("reactor.train has no checkpoint hook yet (see the CLI issue's notes)")
+            pytest.skip("reactor.train has no checkpoint hook")
     out = tmp_path / name
     argv = [name, "--frames", "128", "--checkpoint-every", "2", "--out", str(out), *TINY]
     assert train.main(argv + EXTRA[name]) == 0

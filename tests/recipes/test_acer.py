@@ -23,7 +23,7 @@ from ac_extensions.recipes.acer import (
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_acer_solves_cartpole():
-    # The bar: a mean return of 475 over the last 20 episodes. Measured with the
+    # The bar: a mean return of 475 over the last 20 episodes. Measured with the
     # defaults, seed 2: 475 reached at 21,440 frames (seed 3: 25,600).
     reached = None
     run = train(ACERConfig(frames=30_000, seed=2))

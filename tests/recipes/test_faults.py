@@ -1,6 +1,6 @@
 """Fault injection: dead workers, raising envs, NaN rewards and losses, failing checkpoint writes.
 
-Each fault must end as the issue asks: the run stops promptly with an error naming the cause, or
+Each fault must end in one of two ways: the run stops promptly with an error naming the cause, or
 goes on after a warning and a counted skip; the newest checkpoint stays intact either way. The
 tests that spawn collector workers carry a timeout, so a hang fails fast. Budgets: 1 worker ×
 2 envs × 16 steps.

@@ -231,7 +231,7 @@ def frames_to_475(config):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_reactor_reaches_475_on_cartpole():
-    # The bar: a mean return of 475 over 20 episodes. With the default config, seed 2
+    # The bar: a mean return of 475 over 20 episodes. With the default config, seed 2
     # reached it at 25,600 frames (seeds 1 / 3: 26,112 / 51,200; benchmarks/results/
     # reactor_cartpole.md); seeded runs through train() repeat exactly (test_determinism.py).
     frames = frames_to_475(ReactorConfig(frames=32_000, seed=2))
