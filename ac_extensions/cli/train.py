@@ -163,6 +163,7 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
         env_id = given.get("env_id", config_cls.env_id)
         config = make_config(config_cls, config_cls.family_defaults(env_id) | given)
     args.threshold = _threshold(args.threshold, config.env_id)
+    check_action_space(name, config.env_id)
     if args.out is None:
         env = config.env_id.replace("/", "_")
         args.out = Path("runs") / f"{name}-{env}-seed{config.seed}"
@@ -174,6 +175,17 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
             "(pip install 'ac-extensions[loggers]')"
         )
     return name, config, args
+
+
+def check_action_space(name: str, env_id: str) -> None:
+    """Refuse (:class:`UsageError`) an env whose action space recipe ``name`` cannot handle."""
+    from ac_extensions.runtime.envs import require_action_space
+
+    module, _ = load_recipe(name)
+    try:
+        require_action_space(env_id, module.ACTION_SPACES, name)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
 def _find_resume(argv: list[str]) -> Path | None:

@@ -17,7 +17,11 @@ from ac_extensions.modules.dueling import (
     make_continuous_actor_critic,
 )
 from ac_extensions.modules.minatar import MinAtarCNN
-from ac_extensions.modules.normalization import NORMALIZED_OBSERVATION, ObservationNormalizer
+from ac_extensions.modules.normalization import (
+    NORMALIZED_OBSERVATION,
+    ObservationNormalizer,
+    RewardNormalizer,
+)
 from ac_extensions.modules.reactor import (
     PreviousActionReward,
     make_reactor_actor,
@@ -33,6 +37,7 @@ __all__ = [
     "NatureCNN",
     "ObservationNormalizer",
     "PreviousActionReward",
+    "RewardNormalizer",
     "StochasticDuelingNetwork",
     "collection_policy",
     "make_acer_actor",

@@ -32,16 +32,26 @@ state of each sequence's first step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn.distributions import AddStateIndependentNormalScale
 from torch import nn
 from torchrl.data import Composite
 from torchrl.envs import Compose, ExplorationType, InitTracker, TensorDictPrimer
 from torchrl.envs.utils import exploration_type
-from torchrl.modules import MLP, GRUModule, LSTMModule, ProbabilisticActor, ValueOperator
+from torchrl.modules import (
+    MLP,
+    GRUModule,
+    IndependentNormal,
+    LSTMModule,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
 from torchrl.modules.utils import get_primers_from_module
 
 from ac_extensions.modules.acer import NatureCNN
@@ -50,6 +60,9 @@ from ac_extensions.modules.minatar import MinAtarCNN
 
 Torso = Literal["mlp", "minatar", "cnn"]
 """Observation torsos: a tanh MLP, the MinAtar network's, the Nature DQN's."""
+Distribution = Literal["categorical", "normal", "tanh_normal"]
+"""Policy distributions of :func:`make_actor_critic`."""
+DISTRIBUTIONS = ("categorical", "normal", "tanh_normal")
 
 
 def _image_torso(torso: str, observation_shape) -> MinAtarCNN | NatureCNN:
@@ -98,11 +111,15 @@ def _recurrent_branch(
     hidden_sizes: Sequence[int],
     recurrent: str,
     recurrent_size: int,
-    out_key: str,
+    out_key: str | list[str],
     head_gain: float,
     torso: str = "mlp",
+    head_extra: nn.Module | None = None,
 ) -> TensorDictSequential:
-    """Observation → MLP (or conv) encoder → LSTM/GRU (its own hidden-state keys) → head."""
+    """Observation → MLP (or conv) encoder → LSTM/GRU (its own hidden-state keys) → head.
+
+    ``head_extra`` follows the linear head (the Gaussian scale); ``out_key`` names its outputs.
+    """
     embed, width = make_encoder(torso, observation_dim, hidden_sizes)
     encoder = TensorDictModule(embed, [observation_key], [f"{name}_embed"])
     hidden = [f"{name}_recurrent_state_h", f"{name}_recurrent_state_c"]
@@ -115,11 +132,11 @@ def _recurrent_branch(
         in_keys=[f"{name}_embed", *hidden],
         out_keys=[f"{name}_memory", *(("next", k) for k in hidden)],
     )
-    head = TensorDictModule(
-        orthogonal_init(nn.Linear(recurrent_size, out_features), head_gain),
-        [f"{name}_memory"],
-        [out_key],
-    )
+    head_net: nn.Module = orthogonal_init(nn.Linear(recurrent_size, out_features), head_gain)
+    if head_extra is not None:
+        head_net = nn.Sequential(head_net, head_extra)
+    out_keys = [out_key] if isinstance(out_key, str) else list(out_key)
+    head = TensorDictModule(head_net, [f"{name}_memory"], out_keys)
     return TensorDictSequential(encoder, memory, head)
 
 
@@ -133,15 +150,19 @@ def make_actor_critic(
     recurrent_size: int = 64,
     observation_key: str = "observation",
     share_torso: bool = False,
+    head_sizes: Sequence[int] = (),
+    distribution: Distribution = "categorical",
+    init_scale: float = 1.0,
+    action_bounds: tuple[float, float] = (-1.0, 1.0),
 ) -> tuple[ProbabilisticActor, TensorDictModule]:
-    """Build a categorical actor and a state-value critic, each with its own torso.
+    """Build an actor (categorical or diagonal Gaussian) and a state-value critic.
 
     Torsos: ``"mlp"`` (tanh MLP of ``hidden_sizes``, observations ``[*B, O]``); ``"minatar"``
     (:class:`~ac_extensions.modules.MinAtarCNN`, the MinAtar paper's one 3×3 conv with 16
     channels and 128 units, Young & Tian, 2019, arXiv:1903.03176; observations
     ``[*B, C, 10, 10]``); ``"cnn"`` (:class:`~ac_extensions.modules.NatureCNN`, Mnih et al.,
     2015; ``[*B, C, 84, 84]``). A convolutional torso is followed by a linear head (orthogonal
-    init, gain 0.01 for the logits, 1 for the value). By default actor and critic get
+    init, gain 0.01 for the policy head, 1 for the value). By default actor and critic get
     **separate** torsos (SB3's default for MLP policies), which keeps the critic's gradients off
     the policy's features. ``share_torso=True`` builds **one** torso feeding both heads, as the
     MinAtar paper's AC(λ) and SB3's ``CnnPolicy`` do: each network is then
@@ -149,10 +170,23 @@ def make_actor_critic(
     sum of the policy and value losses. With the MLP torso the shared
     part is every hidden layer (``hidden_sizes``) and each head one linear layer.
 
+    Distributions:
+
+    * ``"categorical"``: π(·|x) = softmax(logits(x)) over ``num_actions`` discrete actions.
+    * ``"normal"``: a diagonal Gaussian N(loc(x), diag σ²) over a ``num_actions``-dimensional
+      action, σ **state-independent** (one learned log σ per dimension, initialised at
+      ``init_scale``): the PPO paper's MuJoCo policy (Schulman et al., 2017, arXiv:1707.06347,
+      §6.1; SB3's ``log_std_init`` 0 is ``init_scale`` 1). TorchRL's ``IndependentNormal``:
+      log π(a|x) sums over the dimensions. Samples are unbounded; the env clips them
+      (:func:`~ac_extensions.runtime.envs.make_gym_env`), and the stored action is the sample.
+    * ``"tanh_normal"``: the same Gaussian squashed by tanh onto ``action_bounds`` (TorchRL's
+      ``TanhNormal``; Haarnoja et al., 2018, arXiv:1801.01290, Appendix C): actions never
+      leave the bounds. It has no closed-form entropy; TorchRL's losses estimate it by sampling.
+
     Args:
         observation_dim: size of the (flat) observation (``"mlp"``), or its shape
             ``(C, H, W)`` (``"minatar"``: H = W = 10; ``"cnn"``: 84).
-        num_actions: number of discrete actions A.
+        num_actions: number of discrete actions A, or the action's dimension d (Gaussians).
         torso: ``"mlp"``, ``"minatar"`` or ``"cnn"``.
         hidden_sizes: MLP widths (the encoder before the memory when recurrent); ignored by
             the convolutional torsos.
@@ -161,11 +195,16 @@ def make_actor_critic(
         recurrent_size: hidden size of the memory.
         observation_key: the observation entry to read.
         share_torso: one torso for both heads (feed-forward networks only).
+        head_sizes: hidden widths of each head after a shared torso (tanh MLPs, one per head,
+            as SB3's ``net_arch`` after a shared features extractor); ``()``: linear heads.
+        distribution: ``"categorical"``, ``"normal"`` or ``"tanh_normal"``.
+        init_scale: the Gaussians' initial σ (> 0).
+        action_bounds: ``(low, high)`` of ``"tanh_normal"`` (scalars or ``[d]`` tensors).
 
     Returns:
-        ``(actor, critic)``: the actor writes ``logits`` (``[*B, A]``), ``action`` (an index,
-        shape ``[*B]``) and ``action_log_prob``; the critic writes ``state_value``
-        (``[*B, 1]``).
+        ``(actor, critic)``: the actor writes ``logits`` (``[*B, A]``) or ``loc`` and ``scale``
+        (``[*B, d]`` each), ``action`` (an index ``[*B]``, or ``[*B, d]``) and
+        ``action_log_prob`` (``[*B]``); the critic writes ``state_value`` (``[*B, 1]``).
 
     Example:
         >>> from tensordict import TensorDict
@@ -176,29 +215,39 @@ def make_actor_critic(
         >>> actor, critic = make_actor_critic((4, 10, 10), 3, torso="minatar", share_torso=True)
         >>> actor.module[0].module[0] is critic.module[0]  # nn.Sequential(torso, head) each
         True
+        >>> actor, critic = make_actor_critic(3, 2, distribution="normal")
+        >>> td = actor(TensorDict({"observation": torch.zeros(5, 3)}, [5]))
+        >>> td["action"].shape, td["action_log_prob"].shape, td["scale"][0]
+        (torch.Size([5, 2]), torch.Size([5]), tensor([1., 1.], grad_fn=<SelectBackward0>))
     """
-    if torso not in ("mlp", "minatar", "cnn"):
-        raise ValueError(f"torso must be 'mlp', 'minatar' or 'cnn', got {torso!r}")
-    if share_torso and recurrent is not None:
-        raise ValueError(
-            f"share_torso=True needs feed-forward networks, got recurrent={recurrent!r} "
-            "(the recurrent actor and critic keep separate memories)"
+    _check_arguments(torso, distribution, init_scale, share_torso, recurrent, head_sizes)
+    continuous = distribution != "categorical"
+    # A Gaussian's head writes loc, and a learned state-independent log σ adds the scale.
+    out_keys = ["loc", "scale"] if continuous else ["logits"]
+
+    def gaussian_scale() -> nn.Module:
+        return AddStateIndependentNormalScale(
+            num_actions, scale_mapping="exp", init_value=math.log(init_scale)
         )
+
+    def policy_net(net: nn.Module) -> nn.Module:
+        return nn.Sequential(net, gaussian_scale()) if continuous else net
+
     if share_torso:
         body, width = make_encoder(torso, observation_dim, hidden_sizes)
-        actor_net = nn.Sequential(body, orthogonal_init(nn.Linear(width, num_actions), 0.01))
-        critic_net = nn.Sequential(body, orthogonal_init(nn.Linear(width, 1), 1.0))
-        actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
+        actor_net = nn.Sequential(body, mlp(width, num_actions, head_sizes, head_gain=0.01))
+        critic_net = nn.Sequential(body, mlp(width, 1, head_sizes, head_gain=1.0))
+        actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     elif recurrent is None and torso == "mlp":
         actor_net = mlp(observation_dim, num_actions, hidden_sizes, head_gain=0.01)
         critic_net = mlp(observation_dim, 1, hidden_sizes, head_gain=1.0)
-        actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
+        actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     elif recurrent is None:
         actor_net = _image_net(torso, observation_dim, num_actions, head_gain=0.01)
         critic_net = _image_net(torso, observation_dim, 1, head_gain=1.0)
-        actor_body = TensorDictModule(actor_net, [observation_key], ["logits"])
+        actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     else:
         actor_body = _recurrent_branch(
@@ -209,9 +258,10 @@ def make_actor_critic(
             hidden_sizes,
             recurrent,
             recurrent_size,
-            out_key="logits",
+            out_key=out_keys,
             head_gain=0.01,
             torso=torso,
+            head_extra=gaussian_scale() if continuous else None,
         )
         critic = _recurrent_branch(
             "critic",
@@ -227,12 +277,39 @@ def make_actor_critic(
         )
     actor = ProbabilisticActor(
         actor_body,
-        in_keys=["logits"],
+        in_keys=out_keys,
         out_keys=["action"],
-        distribution_class=torch.distributions.Categorical,
         return_log_prob=True,
+        **_distribution(distribution, action_bounds),
     )
     return actor, critic
+
+
+def _check_arguments(torso, distribution, init_scale, share_torso, recurrent, head_sizes) -> None:
+    """Refuse :func:`make_actor_critic` arguments that do not fit together."""
+    if torso not in ("mlp", "minatar", "cnn"):
+        raise ValueError(f"torso must be 'mlp', 'minatar' or 'cnn', got {torso!r}")
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {distribution!r}")
+    if not (init_scale > 0 and math.isfinite(init_scale)):
+        raise ValueError(f"init_scale must be finite and > 0, got {init_scale!r}")
+    if share_torso and recurrent is not None:
+        raise ValueError(
+            f"share_torso=True needs feed-forward networks, got recurrent={recurrent!r} "
+            "(the recurrent actor and critic keep separate memories)"
+        )
+    if head_sizes and not share_torso:
+        raise ValueError(f"head_sizes={tuple(head_sizes)!r} needs share_torso=True")
+
+
+def _distribution(distribution: str, action_bounds) -> dict:
+    """``ProbabilisticActor``'s distribution keywords for :func:`make_actor_critic`."""
+    if distribution == "normal":
+        return {"distribution_class": IndependentNormal}
+    if distribution == "tanh_normal":
+        low, high = (torch.as_tensor(bound, dtype=torch.float32) for bound in action_bounds)
+        return {"distribution_class": TanhNormal, "distribution_kwargs": {"low": low, "high": high}}
+    return {"distribution_class": torch.distributions.Categorical}
 
 
 def make_qvalue(

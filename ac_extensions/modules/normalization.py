@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
-from torch import Tensor
+from torch import Tensor, nn
 
 NORMALIZED_OBSERVATION = "observation_normalized"
 """The key :class:`ObservationNormalizer` writes by default (and ``("next", …)`` for the next
@@ -116,3 +116,105 @@ class ObservationNormalizer(TensorDictModuleBase):
             if value is not None:
                 tensordict.set(target, self.normalize(value))
         return tensordict
+
+
+class RewardNormalizer(nn.Module):
+    """Rewards divided by the running standard deviation of the discounted return, clipped.
+
+    What SB3's ``VecNormalize`` does to rewards (``norm_reward``; the normalisation the PPO
+    implementations of Engstrom et al., 2020, arXiv:2005.12729, §3 call "reward scaling"): per
+    env a discounted return R_t = γ R_{t−1} + r_t (reset to 0 after a done step) feeds a
+    running variance Var[R], and the learner sees r_t / sqrt(Var[R] + eps), clipped to
+    [−clip, clip]. The rewards' sign and the optimal policy are unchanged; the critic's
+    targets stay near unit scale whatever the task's reward scale. ``eps`` 1e-8 and ``clip``
+    10 are ``VecNormalize``'s defaults.
+
+    Here it runs on the learner, over a collected batch ``[B, T]`` whose rows are consecutive
+    steps of one env each: the running returns (one per row, buffer ``returns``) carry over
+    from one batch to the next (row i of the next batch continues row i's env under the
+    synchronous collector). The statistics are updated with the whole batch's returns, then
+    the whole batch is scaled by them (``VecNormalize`` updates and scales step by step). The
+    logged episode returns stay the env's.
+
+    Args:
+        gamma: the discount of R_t (the learner's γ).
+        eps: added to the variance.
+        clip: the bound on |normalised reward|.
+        reward_key: the reward entry, scaled in place.
+        done_key: where R resets.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> norm = RewardNormalizer(gamma=0.5)
+        >>> td = TensorDict({("next", "reward"): torch.tensor([[[2.0], [2.0]]]),
+        ...                  ("next", "done"): torch.zeros(1, 2, 1, dtype=torch.bool)}, [1, 2])
+        >>> norm(td)["next", "reward"].squeeze().round(decimals=2)  # returns 2, 3: Var ≈ 0.25
+        tensor([4., 4.])
+    """
+
+    def __init__(
+        self,
+        gamma: float,
+        *,
+        eps: float = 1e-8,
+        clip: float = 10.0,
+        reward_key: NestedKey = ("next", "reward"),
+        done_key: NestedKey = ("next", "done"),
+    ) -> None:
+        super().__init__()
+        if not 0 <= gamma <= 1:
+            raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+        if not (eps > 0 and clip > 0):
+            raise ValueError(f"eps and clip must be > 0, got {eps}, {clip}")
+        self.gamma, self.eps, self.clip = float(gamma), float(eps), float(clip)
+        self.reward_key, self.done_key = reward_key, done_key
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+        self.register_buffer("returns", torch.zeros(0, dtype=torch.float64))
+
+    @torch.no_grad()
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Update the statistics with ``tensordict`` ``[B, T]`` and scale its rewards in place."""
+        if tensordict.batch_dims != 2:
+            raise ValueError(
+                f"RewardNormalizer needs a [B, T] batch of env rows, got batch_size "
+                f"{list(tensordict.batch_size)}"
+            )
+        rows, steps = tensordict.batch_size
+        reward = tensordict.get(self.reward_key)
+        done = tensordict.get(self.done_key)
+        if reward.shape != (rows, steps, 1) or done.shape != (rows, steps, 1):
+            raise ValueError(
+                f"{self.reward_key!r} and {self.done_key!r} must have shape "
+                f"[{rows}, {steps}, 1], got {list(reward.shape)} and {list(done.shape)}"
+            )
+        if self.returns.shape != (rows,):  # first batch, or a different number of rows
+            self.returns = torch.zeros(rows, dtype=torch.float64, device=self.mean.device)
+        r = reward.squeeze(-1).to(self.returns.device, torch.float64)
+        keep = (~done.squeeze(-1)).to(self.returns.device, torch.float64)
+        running, returns = self.returns.clone(), torch.empty_like(r)
+        for t in range(steps):
+            running = self.gamma * running + r[:, t]
+            returns[:, t] = running
+            running = running * keep[:, t]
+        self.returns.copy_(running)
+        batch_mean, batch_var, batch_count = returns.mean(), returns.var(unbiased=False), r.numel()
+        count = float(self.count)
+        total = count + batch_count
+        delta = batch_mean - self.mean
+        m2 = self.var * count + batch_var * batch_count
+        m2 = m2 + delta.square() * count * batch_count / total
+        self.mean.add_(delta * batch_count / total)
+        self.var.copy_(m2 / total)
+        self.count.fill_(total)
+        scale = torch.sqrt(self.var + self.eps).to(reward.device, reward.dtype)
+        tensordict.set(self.reward_key, (reward / scale).clamp(-self.clip, self.clip))
+        return tensordict
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The running returns' length is that of the saved run's rows.
+        key = prefix + "returns"
+        if key in state_dict:
+            self.returns = torch.empty_like(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -14,7 +14,7 @@ unhelpful messages. This mixin fixes exactly those and leaves the loss math to T
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from ac_extensions.functional.ppo import explained_variance, ratio_diagnostics
@@ -35,6 +35,19 @@ def valid_mask(loss, tensordict: TensorDictBase) -> Tensor | None:
         value = value.reshape(tensordict.batch_size)
         mask = value if mask is None else mask & value
     return mask
+
+
+def _as_tuple(key) -> tuple:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _is_multi(key) -> bool:
+    """Whether a tensor key names several entries (a list, as TorchRL's multi-head keys)."""
+    return isinstance(key, list)
+
+
+def _key_list(key) -> list:
+    return list(key) if _is_multi(key) else [key]
 
 
 class SequenceLossMixin:
@@ -93,8 +106,12 @@ class SequenceLossMixin:
         if len(batch) == 0:
             raise ValueError(f"{name}: the input TensorDict needs a batch dim ([N] or [B, T])")
         keys = self.tensor_keys
+        computed = [_as_tuple(k) for k in self.actor_network.out_keys]
         for key in self.actor_network.in_keys:
-            if key not in self._recurrent_keys:
+            # (an input the actor writes below itself, e.g. ("params", "head", "loc") under
+            # "params", is its own business)
+            inside = any(out[: len(_as_tuple(key))] == _as_tuple(key) for out in computed)
+            if key not in self._recurrent_keys and not inside:
                 self._require(tensordict, key, "an input of the actor")
         for key in self._recurrent_keys:
             if tensordict.get(key, None) is None:
@@ -105,24 +122,35 @@ class SequenceLossMixin:
                     f"ac_extensions.modules.recurrent_env_transforms(policy) (batch_size "
                     f"{list(batch)})"
                 )
-        self._require(tensordict, keys.action, "the action taken at collection")
-        log_prob = tensordict.get(keys.sample_log_prob, None)
-        if log_prob is None and self._needs_behavior_log_prob:
-            self._require(
-                tensordict,
-                keys.sample_log_prob,
-                "log µ(a|x) stored at collection: build the actor with return_log_prob=True",
-            )
-        if isinstance(log_prob, Tensor) and log_prob.shape != batch:
-            raise ValueError(
-                f"{name}: {keys.sample_log_prob!r} must have the batch shape {list(batch)} "
-                f"(TorchRL stores log-probs without a trailing dim), got "
-                f"{list(log_prob.shape)}; a mismatch would broadcast silently"
-            )
-        self._validate_values(tensordict)
+        for key in _key_list(keys.action):  # several keys: a multi-head action
+            self._require(tensordict, key, "the action taken at collection")
+        value_shape = self._validate_values(tensordict)
+        for key in _key_list(keys.sample_log_prob):
+            log_prob = tensordict.get(key, None)
+            if log_prob is None and self._needs_behavior_log_prob:
+                self._require(
+                    tensordict,
+                    key,
+                    "log µ(a|x) stored at collection: build the actor with return_log_prob=True",
+                )
+            # One log-prob per advantage: [*B] for a [*B, 1] advantage, [*B, n] for a
+            # per-agent or per-token [*B, n, 1] one (what TorchRL's losses pair them with).
+            expected = value_shape[:-1]
+            if isinstance(log_prob, Tensor) and not _is_multi(keys.sample_log_prob):
+                if log_prob.shape != expected:
+                    raise ValueError(
+                        f"{name}: {key!r} must have shape {list(expected)} (one per "
+                        f"advantage; TorchRL stores log-probs without a trailing dim), got "
+                        f"{list(log_prob.shape)}; a mismatch would broadcast silently"
+                    )
         return tensordict
 
-    def _validate_values(self, tensordict: TensorDictBase) -> None:
+    def _validate_values(self, tensordict: TensorDictBase) -> torch.Size:
+        """Check advantage, value target and reward; return the advantage's shape.
+
+        That shape is ``[*B, 1]``, or ``[*B, *E, 1]`` with extra dims (per agent, per token)
+        that every value entry then shares.
+        """
         name, batch, keys = type(self).__name__, tensordict.batch_size, self.tensor_keys
         advantage = tensordict.get(keys.advantage, None)
         if advantage is None and getattr(self, "_value_estimator", None) is None:
@@ -131,12 +159,21 @@ class SequenceLossMixin:
                 f"compute advantages first (TorchRL's GAE, once per batch with the pre-update "
                 f"critic) or call loss.make_value_estimator(...) explicitly"
             )
+        expected = torch.Size((*batch, 1))
+        if isinstance(advantage, Tensor):
+            if advantage.shape == batch and batch[-1] != 1:
+                raise ValueError(
+                    f"{name}: {keys.advantage!r} has shape {list(advantage.shape)}, the batch "
+                    f"shape without the trailing dim: against the [*B, 1] log-weight it would "
+                    f"broadcast to an outer product. Give it shape {list(expected)}"
+                )
+            if advantage.shape[: len(batch)] == batch and advantage.shape[-1:] == (1,):
+                expected = advantage.shape
         for key in (keys.advantage, keys.value_target, ("next", keys.reward)):
             value = tensordict.get(key, None)
             if value is None or not isinstance(value, Tensor):
                 continue
-            expected = (*batch, 1)
-            if tuple(value.shape) != expected:
+            if tuple(value.shape) != tuple(expected):
                 raise ValueError(
                     f"{name}: {key!r} must have shape {list(expected)}, got {list(value.shape)}"
                 )
@@ -146,6 +183,7 @@ class SequenceLossMixin:
                     f"{name}: {key!r} (shape {list(value.shape)}) has {int(bad.sum())} "
                     f"non-finite entries"
                 )
+        return expected
 
     # ------------------------------------------------------------------ diagnostics
     def _valid_mask(self, tensordict: TensorDictBase) -> Tensor | None:
@@ -153,8 +191,9 @@ class SequenceLossMixin:
 
     @staticmethod
     def _flat_valid(x: Tensor, batch: torch.Size, mask: Tensor | None) -> Tensor:
-        x = x.detach().reshape(batch)
-        return x[mask] if mask is not None else x.reshape(-1)
+        """The entries of the valid steps, flat (extra dims, e.g. per agent, kept per step)."""
+        x = x.detach().reshape(*batch, -1)
+        return (x[mask] if mask is not None else x).reshape(-1)
 
     def _standardize_advantage(self, advantage: Tensor, tensordict: TensorDictBase) -> Tensor:
         """Standardise with statistics over the valid (unpadded) steps only.
@@ -191,7 +230,9 @@ class SequenceLossMixin:
 
     def _set_diagnostics(self, out: TensorDictBase, cap: dict, batch, mask) -> None:
         """Replace TorchRL's diagnostics by scalars over the valid steps (see the module doc)."""
-        if "entropy" in cap and not is_tensor_collection(cap["entropy"]) and "entropy" in out:
+        # Composite values (a TensorDict per head) keep TorchRL's own diagnostics.
+        cap = {k: v for k, v in cap.items() if k == "dist" or isinstance(v, Tensor)}
+        if "entropy" in cap and "entropy" in out:
             out.set("entropy", self._flat_valid(cap["entropy"], batch, mask).mean())
         if "kl_approx" in cap:
             out.set("kl_approx", self._flat_valid(cap["kl_approx"], batch, mask).mean())
@@ -204,7 +245,8 @@ class SequenceLossMixin:
             log_ratio = self._flat_valid(cap["log_behavior_weight"], batch, mask)
             for key, value in ratio_diagnostics(log_ratio).items():
                 out.set(key, value)
-        if "value_target" in cap and "state_value" in cap:
+        explained = getattr(self, "log_explained_variance", True)  # (PPO's flag; A2C: on)
+        if explained and "value_target" in cap and "state_value" in cap:
             target = self._flat_valid(cap["value_target"], batch, mask)
             pred = self._flat_valid(cap["state_value"], batch, mask)
             out.set("explained_variance", explained_variance(target, pred))
@@ -212,6 +254,10 @@ class SequenceLossMixin:
         if "entropy" not in out.keys() and dist is not None:
             # TorchRL drops the entropy when entropy_coeff == 0; keep it as a diagnostic.
             with torch.no_grad():
-                entropy = dist.entropy()
+                try:
+                    entropy = dist.entropy()
+                except NotImplementedError:  # e.g. TanhNormal: a Monte-Carlo estimate
+                    samples = dist.sample((self.samples_mc_entropy,))
+                    entropy = -dist.log_prob(samples).mean(0)
             if isinstance(entropy, Tensor) and entropy.numel() == batch.numel():
                 out.set("entropy", self._flat_valid(entropy, batch, mask).mean())

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensordict import TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, dispatch
 from torchrl.objectives import A2CLoss
 
-from ac_extensions.objectives._sequence import SequenceLossMixin
+from ac_extensions.objectives._sequence import SequenceLossMixin, _key_list
 from ac_extensions.objectives.addons import PolicyLossAddon
 
 
@@ -65,9 +65,33 @@ class SequenceA2CLoss(SequenceLossMixin, A2CLoss):
         super().__init__(actor_network, critic_network, **kwargs)
         self._init_sequence(addons)
 
+    @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute TorchRL's A2C losses and this class's scalar diagnostics."""
         return self._finish(tensordict, super().forward(self._validate(tensordict)))
+
+    @property
+    def in_keys(self):
+        """TorchRL's inputs (each key of a multi-head action once), advantage and value target.
+
+        The advantage and value target are listed so that keyword calls through ``@dispatch``
+        can pass them.
+        """
+        keys = self.tensor_keys
+        actor_keys = list(self.actor_network.in_keys)
+        names = [
+            *_key_list(keys.action),
+            ("next", keys.reward),
+            ("next", keys.done),
+            ("next", keys.terminated),
+            *actor_keys,
+            *[("next", key) for key in actor_keys],
+            keys.advantage,
+            keys.value_target,
+        ]
+        if self.critic_coeff is not None:
+            names.extend(self.critic_network.in_keys)
+        return list(dict.fromkeys(names))
 
     # Hooks into A2CLoss.forward: record per-step tensors for the diagnostics.
     def _log_probs(self, tensordict):

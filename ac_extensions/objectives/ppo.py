@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensordict import TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, dispatch
 from torchrl.objectives import ClipPPOLoss
 
 from ac_extensions.objectives._sequence import SequenceLossMixin
@@ -75,13 +75,11 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
         addons: Sequence[PolicyLossAddon] = (),
         **kwargs,
     ) -> None:
-        # The explained variance is computed here as a scalar over valid steps; TorchRL's
-        # per-time-step version would only be overwritten.
-        kwargs.setdefault("log_explained_variance", False)
         super().__init__(actor_network, critic_network, **kwargs)
         self._init_sequence(addons)
 
     # ------------------------------------------------------------------ forward
+    @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute the clipped PPO losses and this class's scalar diagnostics.
 
@@ -96,6 +94,13 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
         """
         tensordict = self._validate(tensordict)
         return self._finish(tensordict, super().forward(tensordict))
+
+    def _set_in_keys(self):
+        # TorchRL's inputs, plus the advantage and value target, so that keyword calls
+        # (``loss(observation=..., advantage=..., ...)`` through ``@dispatch``) can pass them.
+        super()._set_in_keys()
+        extra = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+        self._in_keys = [*self._in_keys, *(k for k in extra if k not in self._in_keys)]
 
     # ------------------------------------------------------------------ TorchRL hooks
     # Hooks into ClipPPOLoss.forward: record per-step tensors for the diagnostics.

@@ -35,6 +35,7 @@ from ac_extensions.runtime import (
     finished_returns,
 )
 from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.envs import require_action_space
 from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.on_policy import (
     compute_advantages,
@@ -44,6 +45,9 @@ from ac_extensions.runtime.on_policy import (
     reshape_rewards,
     training_sequences,
 )
+
+ACTION_SPACES = ("discrete", "box")
+"""Discrete actions (categorical policy) and 1-D Box actions (diagonal Gaussian)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,17 @@ class A2CConfig(OnPolicyConfig):
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        family: {"workers": 2, "rollout_length": 5, "entropy_coeff": 0.01}
-        for family in ("minatar", "atari")
+        **{
+            family: {"workers": 2, "rollout_length": 5, "entropy_coeff": 0.01}
+            for family in ("minatar", "atari")
+        },
+        "mujoco": {
+            "workers": 1,
+            "envs_per_worker": 8,
+            "torch_threads": 1,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
     }
     """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): A3C/A2C's Atari settings, t_max
@@ -69,7 +82,13 @@ class A2CConfig(OnPolicyConfig):
     (``benchmarks/results/minatar.md``, median of seeds 1–3 at 1M frames): above SB3 zoo's
     Atari A2C on all five games (Breakout 5.31 vs 4.96, Asterix 9.89 vs 0.50, Freeway 51.11
     vs 0.59, Seaquest 2.95 vs 0.75, SpaceInvaders 51.96 vs 35.05); no other MinAtar setting
-    compared yet. Atari: not measured."""
+    compared yet. Atari: not measured.
+
+    MuJoCo: SB3's A2C defaults (the class defaults: 5 steps per env, RMSprop 7e-4, γ 0.99, no
+    entropy bonus, separate 2×64 tanh MLPs, a diagonal Gaussian with a state-independent
+    log σ) with rl-baselines3-zoo's ``normalize: true`` for these tasks (observations and
+    rewards, as ``VecNormalize``), 8 envs in one worker (A3C's parallel actors, Mnih et al.,
+    2016, arXiv:1602.01783, §4)."""
 
     frames: int = 200_000
     """Total environment frames to collect (SB3's A2C needs ~100k on CartPole-v1)."""
@@ -97,11 +116,13 @@ def build(config: A2CConfig):
     """Networks, loss, optimiser for ``config``.
 
     Returns:
-        ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
+        ``(actor, critic, loss_module, optimizer, flat, normalizers)``: the optimiser steps ``flat``
         (:class:`~ac_extensions.runtime.FlatParameters`, the loss's parameters and gradients
-        in one buffer each).
+        in one buffer each); ``normalizers`` the run's
+        :class:`~ac_extensions.runtime.on_policy.BatchNormalizers`.
     """
-    actor, critic = make_networks(config)
+    require_action_space(config.env_id, ACTION_SPACES, "A2C")
+    actor, critic, normalizers = make_networks(config)
     loss = SequenceA2CLoss(
         actor,
         critic,
@@ -113,7 +134,7 @@ def build(config: A2CConfig):
     flat = FlatParameters(loss.parameters())
     # A2C's RMSprop settings (Mnih et al., 2016; SB3's A2C defaults).
     optimizer = torch.optim.RMSprop([flat.parameter], lr=config.lr, alpha=0.99, eps=1e-5)
-    return actor, critic, loss, optimizer, flat
+    return actor, critic, loss, optimizer, flat, normalizers
 
 
 def train(
@@ -125,12 +146,13 @@ def train(
     """
     config = config or A2CConfig()
     generator = seed_run(config)
-    actor, critic, loss_module, optimizer, flat = build(config)
+    actor, critic, loss_module, optimizer, flat, normalizers = build(config)
     run = Run(config, loss_module, optimizer, checkpoint, generator=generator)
+    normalizers.load_state_dict(run.counters)
     if run.finished:
         return
     guard, num_batches = run.guard, run.num_batches
-    policy = collection_policy(actor, critic)
+    policy = normalizers.policy(collection_policy(actor, critic))
     with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
         for iteration, batch in run.batches(collector):
@@ -140,7 +162,8 @@ def train(
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
-            if learn:  # optional reward shaping (logged returns stay the env's)
+            if learn:  # normalisation, optional reward shaping (logged returns stay the env's)
+                normalizers(batch)
                 reshape_rewards(batch, config)
             lr = config.lr * ((1.0 - iteration / num_batches) if config.anneal_lr else 1.0)
             for group in optimizer.param_groups:
@@ -176,10 +199,10 @@ def train(
                 "time/update": update_time,
             }
             if config.eval_every and (iteration + 1) % config.eval_every == 0:
-                evaluation = evaluate(actor, config, config.eval_episodes)
+                evaluation = evaluate(normalizers.policy(actor), config, config.eval_episodes)
                 metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
             yield metrics
-            run.save(iteration)
+            run.save(iteration, **normalizers.state_dict())
             collect_start = time.perf_counter()
 
 

@@ -58,9 +58,13 @@ from ac_extensions.runtime.envs import (
     make_batched_env,
     observation_shape,
     observation_size,
+    require_action_space,
     torso_for,
 )
 from ac_extensions.runtime.loop import Run, seed_run
+
+ACTION_SPACES = ("discrete", "box")
+"""Discrete actions, and 1-D Box actions (Gaussian policy, stochastic dueling network)."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,7 @@ def build(config: ACERConfig):
         ``(policy, loss, optimizer, average, normalizer)``; ``normalizer`` is None unless
         ``config.normalize_observations``.
     """
+    require_action_space(config.env_id, ACTION_SPACES, "ACER")
     probe = make_env(config)
     shape, size = observation_shape(probe), action_size(probe)
     obs_dim = observation_size(probe)

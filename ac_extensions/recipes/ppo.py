@@ -36,6 +36,7 @@ from ac_extensions.runtime import (
     finished_returns,
 )
 from ac_extensions.runtime.config import OnPolicyConfig
+from ac_extensions.runtime.envs import require_action_space
 from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.on_policy import (
     compute_advantages,
@@ -58,6 +59,10 @@ _PAPER_ATARI: dict[str, Any] = {
 """The PPO paper's Atari settings both pixel families share (see ``PPOConfig.FAMILY_DEFAULTS``)."""
 
 
+ACTION_SPACES = ("discrete", "box")
+"""Discrete actions (categorical policy) and 1-D Box actions (diagonal Gaussian)."""
+
+
 @dataclass(frozen=True)
 class PPOConfig(OnPolicyConfig):
     """Hyper-parameters of PPO; defaults: rl-baselines3-zoo's tuned CartPole-v1 PPO.
@@ -77,6 +82,22 @@ class PPOConfig(OnPolicyConfig):
         "minatar": _PAPER_ATARI
         | {"workers": 1, "envs_per_worker": 8, "torch_threads": 1, "share_torso": True},
         "atari": _PAPER_ATARI | {"envs_per_worker": 4},
+        "mujoco": {
+            "rollout_length": 256,
+            "workers": 1,
+            "envs_per_worker": 8,
+            "torch_threads": 1,
+            "lr": 3e-4,
+            "anneal_lr": False,
+            "epochs": 10,
+            "minibatch_size": 64,
+            "clip_epsilon": 0.2,
+            "anneal_clip": False,
+            "lmbda": 0.95,
+            "entropy_coeff": 0.0,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
     }
     """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): the PPO paper's Atari settings
@@ -92,7 +113,15 @@ class PPOConfig(OnPolicyConfig):
     seed 1 it ended above separate torsos on Breakout (5.16 vs 4.79) and below on Asterix
     (0.91 vs 1.28), within what one seed tells apart; each update runs one CNN instead of two
     (``benchmarks/minatar_variants.py --study ppo_torso``, ``minatar_variants.md``; fps in
-    ``minatar_ppo_layout.md``). Atari keeps separate torsos (not measured)."""
+    ``minatar_ppo_layout.md``). Atari keeps separate torsos (not measured).
+
+    MuJoCo: the PPO paper's settings (Schulman et al., 2017, arXiv:1707.06347, Table 3: 2048
+    steps per batch, Adam 3e-4, 10 epochs of minibatches of 64, γ 0.99, λ 0.95, clip 0.2, a
+    diagonal Gaussian with a state-independent log σ on separate 2×64 tanh MLPs), which are
+    also SB3's PPO defaults, with rl-baselines3-zoo's ``normalize: true`` for these tasks
+    (observations and rewards, as ``VecNormalize``). The 2048 steps are 8 envs × 256 steps in
+    one worker process (the paper's one env × 2048 costs TorchRL's per-step overhead 8 times
+    as often)."""
 
     epochs: int = 20
     """Passes over each batch. MinAtar: the PPO paper's 3; rl-baselines3-zoo's Atari PPO
@@ -123,11 +152,13 @@ def build(config: PPOConfig):
     """Networks, loss, optimiser for ``config``.
 
     Returns:
-        ``(actor, critic, loss_module, optimizer, flat)``: the optimiser steps ``flat``
+        ``(actor, critic, loss_module, optimizer, flat, normalizers)``: the optimiser steps ``flat``
         (:class:`~ac_extensions.runtime.FlatParameters`: the loss's parameters and gradients in
-        one buffer each, so zeroing, clipping and the Adam update are one op each).
+        one buffer each, so zeroing, clipping and the Adam update are one op each);
+        ``normalizers`` the run's :class:`~ac_extensions.runtime.on_policy.BatchNormalizers`.
     """
-    actor, critic = make_networks(config)
+    require_action_space(config.env_id, ACTION_SPACES, "PPO")
+    actor, critic, normalizers = make_networks(config)
     loss = SequencePPOLoss(
         actor,
         critic,
@@ -142,7 +173,7 @@ def build(config: PPOConfig):
     )
     flat = FlatParameters(loss.parameters())
     optimizer = FlatAdam(flat, lr=config.lr, eps=1e-5, fused=True)
-    return actor, critic, loss, optimizer, flat
+    return actor, critic, loss, optimizer, flat, normalizers
 
 
 def train(  # noqa: C901 (one loop, read top to bottom)
@@ -162,15 +193,16 @@ def train(  # noqa: C901 (one loop, read top to bottom)
     """
     config = config or PPOConfig()
     generator = seed_run(config)
-    actor, critic, loss_module, optimizer, flat = build(config)
+    actor, critic, loss_module, optimizer, flat, normalizers = build(config)
     run = Run(config, loss_module, optimizer, checkpoint, generator=generator)
+    normalizers.load_state_dict(run.counters)
     if run.finished:
         return
     guard, num_batches = run.guard, run.num_batches
     keys = loss_module.tensor_keys  # what a minibatch keeps: the loss's inputs, and the mask
     inputs = {*actor.in_keys, *critic.in_keys, keys.action, keys.sample_log_prob, keys.advantage}
     inputs |= {keys.value_target, keys.value, ("collector", "mask")}
-    policy = collection_policy(actor, critic)
+    policy = normalizers.policy(collection_policy(actor, critic))
     with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
         for iteration, batch in run.batches(collector):
@@ -179,7 +211,8 @@ def train(  # noqa: C901 (one loop, read top to bottom)
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
-            if learn:  # optional reward shaping (logged returns stay the env's)
+            if learn:  # normalisation, optional reward shaping (logged returns stay the env's)
+                normalizers(batch)
                 reshape_rewards(batch, config)
 
             # 2. Targets: GAE with the pre-update critic.
@@ -238,10 +271,10 @@ def train(  # noqa: C901 (one loop, read top to bottom)
                 "time/update": update_time,
             }
             if config.eval_every and (iteration + 1) % config.eval_every == 0:
-                evaluation = evaluate(actor, config, config.eval_episodes)
+                evaluation = evaluate(normalizers.policy(actor), config, config.eval_episodes)
                 metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)
             yield metrics
-            run.save(iteration)
+            run.save(iteration, **normalizers.state_dict())
             collect_start = time.perf_counter()
 
 

@@ -48,11 +48,20 @@ from ac_extensions.runtime import (
     store_sequences,
 )
 from ac_extensions.runtime.config import RunConfig
-from ac_extensions.runtime.envs import action_size, make_batched_env, torso_for
+from ac_extensions.runtime.envs import (
+    action_size,
+    make_batched_env,
+    require_action_space,
+    torso_for,
+)
 from ac_extensions.runtime.loop import Run, seed_run
 
 LOSS_KEYS = ("loss_objective", "loss_critic", "loss_entropy")
 """The loss terms summed for backward."""
+
+
+ACTION_SPACES = ("discrete",)
+"""Discrete actions only (the β-LOO policy gradient sums over the actions)."""
 
 
 @dataclass(frozen=True)
@@ -382,6 +391,7 @@ def build(config: ReactorConfig):
     Returns:
         ``(actor, loss, optimizer, target_updater)``.
     """
+    require_action_space(config.env_id, ACTION_SPACES, "Reactor")
     actor = make_actor(config).to(config.device)
     loss = ReactorLoss(
         actor,

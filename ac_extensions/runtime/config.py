@@ -18,6 +18,7 @@ these recipes.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -226,6 +227,9 @@ class OnPolicyConfig(RunConfig):
     share_torso: bool = False
     """One torso for actor and critic (feed-forward only; ``make_actor_critic``'s
     ``share_torso``): both heads read its features and the sum of the losses trains it."""
+    head_sizes: tuple[int, ...] = ()
+    """With ``share_torso``: hidden widths of the policy and value heads on the shared
+    features (one tanh MLP each); ``()``: one linear layer each."""
     sequence_length: int | None = None
     """Training sequence length L for recurrent policies (None: the whole rollout, T); T must
     be a multiple of L."""
@@ -245,9 +249,23 @@ class OnPolicyConfig(RunConfig):
     """Episodes per evaluation."""
     torch_threads: int | None = None
     """Threads for the learner (None: torch's default)."""
+    tanh_squash: bool = False
+    """Continuous actions only: squash the Gaussian with tanh onto the action bounds
+    (``make_actor_critic``'s ``"tanh_normal"``) instead of clipping its samples at the env."""
+    init_scale: float = 1.0
+    """Continuous actions only: the Gaussian's initial σ (SB3's ``log_std_init`` 0)."""
+    normalize_observations: bool = False
+    """Normalise vector observations by their running mean and variance
+    (:class:`~ac_extensions.modules.ObservationNormalizer`, SB3's ``VecNormalize`` rule):
+    the collection policy stores the normalised observation, which the losses read."""
+    normalize_rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return
+    (:class:`~ac_extensions.modules.RewardNormalizer`, SB3's ``VecNormalize`` rule)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not (self.init_scale > 0 and math.isfinite(self.init_scale)):
+            raise ValueError(f"init_scale must be finite and > 0, got {self.init_scale}")
         if not 0 <= self.lmbda <= 1:
             raise ValueError(f"lmbda must lie in [0, 1], got {self.lmbda}")
         if self.share_torso and self.recurrent is not None:

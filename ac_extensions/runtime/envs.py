@@ -15,12 +15,14 @@ Registered gymnasium ids (registered on import, so worker processes see them too
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Literal
 
 import gymnasium as gym
 import numpy as np
+import torch
 from torchrl.envs import CatTensors, EnvBase, GymWrapper, RewardSum, Transform, TransformedEnv
 
 from ac_extensions.runtime.vector_env import VectorGymEnv
@@ -179,13 +181,31 @@ class Float32Observation(gym.ObservationWrapper):
         return np.asarray(observation, dtype=np.float32)
 
 
+class ClipActionToBounds(gym.ActionWrapper):
+    """Clip each action to the ``Box`` bounds before the env steps; the action space is kept.
+
+    gymnasium's ``ClipAction`` clips the same way but widens the advertised action space to
+    (−∞, ∞); keeping the bounds lets a policy read them from the env's spec (a tanh-squashed
+    Gaussian maps onto them).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        if not isinstance(env.action_space, gym.spaces.Box):
+            raise TypeError(f"ClipActionToBounds needs a Box action space, got {env.action_space}")
+
+    def action(self, action):
+        """``action`` clipped to [low, high]."""
+        return np.clip(action, self.action_space.low, self.action_space.high)
+
+
 def prepare_mujoco(env: gym.Env) -> gym.Env:
     """A MuJoCo task as the recipes step it: actions in [−1, 1]^d, clipped; float32 observations.
 
     The agent's action a (unbounded: a Gaussian sample) is clipped to [−1, 1]^d and mapped
-    affinely onto the task's ``Box`` bounds [low, high] (gymnasium's ``ClipAction`` over
-    ``RescaleAction``; the v5 locomotion tasks' bounds are already [−1, 1], so there the
-    mapping is the identity). Clipping happens inside the env, after the collector recorded
+    affinely onto the task's ``Box`` bounds [low, high] (:class:`ClipActionToBounds` over
+    gymnasium's ``RescaleAction``; the v5 locomotion tasks' bounds are already [−1, 1], so there
+    the mapping is the identity). Clipping happens inside the env, after the collector recorded
     the sampled action, so µ's density is still evaluated at what µ drew (see
     :func:`make_batched_env`), while the task's control cost is charged on the clipped action
     it applies (MuJoCo clamps the dynamics to the control range but charges the raw action
@@ -194,7 +214,8 @@ def prepare_mujoco(env: gym.Env) -> gym.Env:
     Observations are cast to float32 (:class:`Float32Observation`); the time limit
     (1000 steps) stays a truncation.
     """
-    env = gym.wrappers.ClipAction(gym.wrappers.RescaleAction(env, -1.0, 1.0))
+    unit = np.ones(env.action_space.shape, dtype=env.action_space.dtype)
+    env = ClipActionToBounds(gym.wrappers.RescaleAction(env, -unit, unit))
     return Float32Observation(env)
 
 
@@ -220,6 +241,11 @@ def make_gym_env(env_id: str) -> gym.Env:
     else is the package's: sticky actions 0.1, difficulty ramping, no frame skip, no time
     limit (Freeway ends itself after 2500 frames), rewards as the game gives them.
 
+    Any other env with a ``Box`` action space clips its actions to the bounds
+    (:class:`ClipActionToBounds`), as SB3 does before ``env.step``: Pendulum-v1 and
+    LunarLanderContinuous clip inside ``step`` already, MountainCarContinuous-v0 would charge
+    its power cost on the raw action.
+
     Args:
         env_id: a gymnasium id, e.g. ``"CartPole-v1"``, ``"ALE/Pong-v5"`` or
             ``"MinAtar/Breakout-v1"``.
@@ -233,7 +259,10 @@ def make_gym_env(env_id: str) -> gym.Env:
     if env_family(env_id) == "mujoco":
         return prepare_mujoco(_make_mujoco(env_id))
     if not env_id.startswith(ATARI_PREFIX):
-        return gym.make(env_id)
+        env = gym.make(env_id)
+        if isinstance(env.action_space, gym.spaces.Box):
+            env = ClipActionToBounds(env)
+        return env
     import ale_py
 
     gym.register_envs(ale_py)
@@ -379,3 +408,55 @@ def action_size(env: EnvBase) -> int:
         f"unsupported action spec {type(spec).__name__} (domain {spec.domain!r}, per-env "
         f"shape {list(shape)}): expected a Discrete action space or a 1-D Box"
     )
+
+
+def action_bounds(env: EnvBase) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(low, high)``, each ``[d]``, of a continuous ``"action"`` (±inf where unbounded)."""
+    spec = env.full_action_spec["action"]
+    shape = spec.shape[len(env.batch_size) :]
+    low = getattr(getattr(spec, "space", None), "low", None)
+    if low is None:
+        infinite = torch.full(shape, math.inf)
+        return -infinite, infinite
+    index = (0,) * len(env.batch_size)
+    return spec.space.low[index].clone(), spec.space.high[index].clone()
+
+
+ACTION_SPACE_NAMES = {"discrete": "a Discrete action space", "box": "a 1-D Box action space"}
+"""The action-space kinds a recipe may accept, as its error messages name them."""
+
+
+def action_space_kind(env_id: str) -> tuple[str, str]:
+    """What ``env_id``'s action space is: ``(kind, description)``.
+
+    ``kind`` is ``"discrete"`` (a gymnasium ``Discrete``), ``"box"`` (a 1-D ``Box``) or
+    ``"other"`` (``MultiDiscrete``, a ``Box`` of several dimensions, ...); ``description`` is
+    gymnasium's, e.g. ``"Box(-2.0, 2.0, (1,), float32)"``.
+    """
+    env = make_gym_env(env_id)
+    try:
+        space = env.action_space
+    finally:
+        env.close()
+    if isinstance(space, gym.spaces.Discrete):
+        return "discrete", str(space)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return "box", str(space)
+    return "other", str(space)
+
+
+def require_action_space(env_id: str, accepted: Sequence[str], algorithm: str) -> str:
+    """Refuse ``env_id`` unless its action space is of a kind in ``accepted``; return the kind.
+
+    Raises:
+        ValueError: one line naming the algorithm, the env, its action space and what the
+            algorithm takes.
+    """
+    kind, description = action_space_kind(env_id)
+    if kind not in accepted:
+        takes = " or ".join(ACTION_SPACE_NAMES[k] for k in accepted)
+        raise ValueError(
+            f"{algorithm} cannot train on {env_id}: its action space is {description}, and "
+            f"{algorithm} needs {takes}"
+        )
+    return kind

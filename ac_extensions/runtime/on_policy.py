@@ -1,7 +1,8 @@
 """What the on-policy recipes (A2C, PPO) share: their env, networks, advantages, minibatches.
 
 * :func:`make_env`: the env one worker steps (E copies, plus the recurrent primers).
-* :func:`make_networks`: actor and critic for the env's specs.
+* :func:`make_networks`: actor and critic for the env's specs (categorical or Gaussian).
+* :class:`BatchNormalizers`: optional observation and reward normalisation.
 * :func:`reshape_rewards`: the optional reward-shaping hook.
 * :func:`compute_advantages`: GAE once per batch with the pre-update critic.
 * :func:`minibatches`: shuffled minibatches of steps, or of whole sequences
@@ -11,16 +12,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictSequential
 from torchrl.envs import ExplorationType, set_exploration_type
 from torchrl.objectives.value.functional import generalized_advantage_estimate
 
-from ac_extensions.modules import collection_policy, make_actor_critic, recurrent_env_transforms
+from ac_extensions.modules import (
+    NORMALIZED_OBSERVATION,
+    ObservationNormalizer,
+    RewardNormalizer,
+    collection_policy,
+    make_actor_critic,
+    recurrent_env_transforms,
+)
 from ac_extensions.runtime.config import OnPolicyConfig
 from ac_extensions.runtime.envs import (
+    action_bounds,
+    action_size,
+    has_continuous_actions,
     make_batched_env,
     observation_shape,
     observation_size,
@@ -51,28 +64,113 @@ def make_env(config: OnPolicyConfig):
 
 
 def make_networks(config: OnPolicyConfig):
-    """Actor and critic (:func:`~ac_extensions.modules.make_actor_critic`) on ``config.device``.
+    """Actor, critic (:func:`~ac_extensions.modules.make_actor_critic`), :class:`BatchNormalizers`.
 
-    The observation shape and the number of actions come from a probe env; the shape picks
-    the torso (:func:`~ac_extensions.runtime.envs.torso_for`): MLPs for vectors, the MinAtar
-    network for ``[C, 10, 10]``, the Nature CNN for ``[C, 84, 84]`` frames.
+    The observation shape and the action space come from a probe env; the shape picks the
+    torso (:func:`~ac_extensions.runtime.envs.torso_for`): MLPs for vectors, the MinAtar
+    network for ``[C, 10, 10]``, the Nature CNN for ``[C, 84, 84]`` frames. A ``Discrete``
+    action space gets a categorical actor, a 1-D ``Box`` a diagonal Gaussian one
+    (``"normal"``, or ``"tanh_normal"`` on the env's bounds with ``config.tanh_squash``). With
+    ``config.normalize_observations`` both networks read ``"observation_normalized"``
+    (:class:`BatchNormalizers` writes it).
     """
     probe = make_env(config)
     shape = observation_shape(probe)
     obs_dim = observation_size(probe)
-    num_actions = int(probe.full_action_spec["action"].space.n)
+    size = action_size(probe)
+    continuous = has_continuous_actions(probe)
+    bounds = action_bounds(probe) if continuous else None
     probe.close()
     torso = torso_for(shape)
+    distribution = "categorical"
+    if continuous:
+        distribution = "tanh_normal" if config.tanh_squash else "normal"
+        if config.tanh_squash and not all(bool(b.isfinite().all()) for b in bounds):
+            raise ValueError(
+                f"tanh_squash needs a bounded action space; {config.env_id}'s bounds are "
+                f"{bounds[0].tolist()} to {bounds[1].tolist()}"
+            )
+    observation_key = "observation"
+    if config.normalize_observations:
+        if torso != "mlp":
+            raise ValueError(
+                f"normalize_observations needs vector observations; {config.env_id} gives "
+                f"'observation' of per-env shape {list(shape)}"
+            )
+        observation_key = NORMALIZED_OBSERVATION
     actor, critic = make_actor_critic(
         obs_dim if torso == "mlp" else shape,
-        num_actions,
+        size,
         torso=torso,
         hidden_sizes=config.hidden_sizes,
         recurrent=config.recurrent,
         recurrent_size=config.recurrent_size,
         share_torso=config.share_torso,
+        head_sizes=config.head_sizes,
+        observation_key=observation_key,
+        distribution=distribution,
+        init_scale=config.init_scale,
+        action_bounds=bounds if bounds is not None else (-1.0, 1.0),
     )
-    return actor.to(config.device), critic.to(config.device)
+    return actor.to(config.device), critic.to(config.device), BatchNormalizers(config, shape)
+
+
+class BatchNormalizers:
+    """The observation and reward normalisation of the on-policy recipes (each optional).
+
+    SB3's ``VecNormalize`` for the on-policy learners: the collection policy starts with an
+    :class:`~ac_extensions.modules.ObservationNormalizer`, so each step stores the observation
+    normalised with the statistics of its collection, which the losses read as they are (the
+    ratio π_θ/µ of PPO's first minibatch is exactly 1); calling this object on a fresh batch
+    (before its advantages) adds the normalised next observation (for V(x_{t+1})), merges the
+    batch's raw observations into the statistics, and scales its rewards with a
+    :class:`~ac_extensions.modules.RewardNormalizer`. The statistics reach the workers with
+    the weights and are checkpointed through :meth:`state_dict`.
+
+    Args:
+        config: ``normalize_observations``, ``normalize_rewards`` and ``gamma`` are read.
+        shape: the per-env observation shape.
+    """
+
+    def __init__(self, config: OnPolicyConfig, shape) -> None:
+        self.observations = None
+        if config.normalize_observations:
+            self.observations = ObservationNormalizer(shape).to(config.device)
+        self.rewards = None
+        if config.normalize_rewards:
+            self.rewards = RewardNormalizer(config.gamma).to(config.device)
+
+    def policy(self, policy: torch.nn.Module) -> torch.nn.Module:
+        """``policy`` preceded by the observation normaliser (``policy`` itself without one)."""
+        if self.observations is None:
+            return policy
+        return TensorDictSequential(self.observations, policy)
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        """Normalise ``batch`` ``[B, T]`` in place and update the statistics with it."""
+        norm = self.observations
+        if norm is not None:
+            raw, key = norm.in_keys[0], norm.out_keys[0]
+            batch.set(("next", key), norm.normalize(batch.get(("next", raw))))
+            norm.update(batch.get(raw))
+        if self.rewards is not None:
+            self.rewards(batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the statistics (``{}`` without normalisers)."""
+        state = {}
+        if self.observations is not None:
+            state["observation_norm"] = self.observations.state_dict()
+        if self.rewards is not None:
+            state["reward_norm"] = self.rewards.state_dict()
+        return state
+
+    def load_state_dict(self, counters: Mapping[str, Any]) -> None:
+        """Restore the statistics a checkpoint's counters hold (those present)."""
+        if self.observations is not None and "observation_norm" in counters:
+            self.observations.load_state_dict(counters["observation_norm"])
+        if self.rewards is not None and "reward_norm" in counters:
+            self.rewards.load_state_dict(counters["reward_norm"])
 
 
 def reshape_rewards(batch: TensorDictBase, config: OnPolicyConfig) -> None:
@@ -177,7 +275,10 @@ def minibatches(
 
 
 def evaluate(actor, config: OnPolicyConfig, episodes: int) -> list[float]:
-    """Greedy-policy returns of ``episodes`` episodes on a fresh env (seed ``seed + 10000``)."""
+    """Greedy-policy returns of ``episodes`` episodes on a fresh env (seed ``seed + 10000``).
+
+    ``actor``: the policy module (with its observation normaliser in front, if any).
+    """
     env = make_batched_env(
         config.env_id,
         1,

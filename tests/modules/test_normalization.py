@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from ac_extensions.modules import NORMALIZED_OBSERVATION, ObservationNormalizer
+from ac_extensions.modules import NORMALIZED_OBSERVATION, ObservationNormalizer, RewardNormalizer
 
 
 def test_running_statistics_equal_those_of_all_the_data_seen():
@@ -77,3 +77,69 @@ def test_statistics_round_trip_through_state_dict():
     other.load_state_dict(norm.state_dict())
     x = torch.randn(6, 2)
     assert torch.equal(other.normalize(x), norm.normalize(x))
+
+
+# ------------------------------------------------------------------ RewardNormalizer
+
+
+def _reward_batch(rewards, dones):
+    rewards, dones = torch.as_tensor(rewards, dtype=torch.float32), torch.as_tensor(dones)
+    return TensorDict(
+        {("next", "reward"): rewards.unsqueeze(-1), ("next", "done"): dones.unsqueeze(-1)},
+        list(rewards.shape),
+    )
+
+
+def test_reward_normalizer_scales_by_the_std_of_discounted_returns_carried_across_batches():
+    # Naive reference from the definition: per env R_t = γ R_{t−1} + r_t, reset after a done;
+    # every R_t of both batches enters the variance (population, as VecNormalize's).
+    torch.manual_seed(0)
+    gamma = 0.9
+    rewards = torch.randn(3, 10) * 4 + 1
+    dones = torch.zeros(3, 10, dtype=torch.bool)
+    dones[0, 3] = dones[1, 7] = dones[2, 4] = True  # row 2's return also carries over the cut
+    returns = torch.zeros(3, 10, dtype=torch.float64)
+    for row in range(3):
+        running = 0.0
+        for t in range(10):
+            running = gamma * running + float(rewards[row, t])
+            returns[row, t] = running
+            running = 0.0 if dones[row, t] else running
+    norm = RewardNormalizer(gamma)
+    first = norm(_reward_batch(rewards[:, :6], dones[:, :6]))
+    second = norm(_reward_batch(rewards[:, 6:], dones[:, 6:]))
+    # After the first batch, its rewards are scaled by the std of its own returns ...
+    std_first = returns[:, :6].reshape(-1).var(unbiased=False).sqrt()
+    assert torch.allclose(
+        first["next", "reward"].squeeze(-1), (rewards[:, :6] / std_first).float(), rtol=1e-4
+    )
+    # ... and the second by that of every return so far (the 1e-4 prior count aside).
+    std_all = returns.reshape(-1).var(unbiased=False).sqrt()
+    assert torch.allclose(
+        second["next", "reward"].squeeze(-1), (rewards[:, 6:] / std_all).float(), rtol=1e-4
+    )
+    assert torch.allclose(norm.returns, returns[:, -1] * (~dones[:, -1]))
+
+
+def test_reward_normalizer_clips_and_round_trips_through_state_dict():
+    norm = RewardNormalizer(0.99, clip=2.0)
+    out = norm(_reward_batch([[0.0] * 9 + [100.0]], [[False] * 10]))
+    assert float(out["next", "reward"].max()) == 2.0  # 100 / std(returns) > 2: clipped
+    restored = RewardNormalizer(0.99, clip=2.0)
+    restored.load_state_dict(norm.state_dict())  # the running returns' length comes along
+    for name in ("mean", "var", "count", "returns"):
+        assert torch.equal(getattr(restored, name), getattr(norm, name)), name
+
+
+def test_reward_normalizer_names_the_keys_and_shapes_of_bad_input():
+    norm = RewardNormalizer(0.99)
+    with pytest.raises(ValueError, match=r"\[B, T\] batch"):
+        norm(TensorDict({("next", "reward"): torch.zeros(4, 1)}, [4]))
+    bad = TensorDict(
+        {("next", "reward"): torch.zeros(2, 3), ("next", "done"): torch.zeros(2, 3, 1).bool()},
+        [2, 3],
+    )
+    with pytest.raises(ValueError, match=r"must have shape \[2, 3, 1\], got \[2, 3\]"):
+        norm(bad)
+    with pytest.raises(ValueError, match="gamma"):
+        RewardNormalizer(1.5)
