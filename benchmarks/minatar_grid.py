@@ -5,7 +5,7 @@ action set, sticky actions 0.1, difficulty ramping; Young & Tian, 2019, arXiv:19
 algorithms × seeds, every run to the same frame budget (default 1,000,000; a frame is one env
 step, MinAtar has no frame skip).
 
-    make bench-minatar                                  # the full grid: 5 × 8 × 3 = 120 runs
+    make bench-minatar                                  # the full grid: 5 × 9 × 3 = 135 runs
     python benchmarks/minatar_grid.py --games Breakout --algos ppo sb3_dqn --seeds 1 --frames 50000
     python benchmarks/minatar_grid.py --summary-only         # rewrite the tables/plot from the runs
 
@@ -14,7 +14,8 @@ each in its own process: ``ac-train <algo> --env MinAtar/<Game>-v1 --frames N --
 --return-window 100 --out <rundir>`` (every other field: the recipe's MinAtar defaults,
 ``Config.for_env``; the network is :class:`~ac_extensions.modules.MinAtarCNN`).
 
-Peers (``sb3_ppo``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``, ``sb3_dqn_paper``) run in a child
+Peers (``sb3_ppo``, ``sb3_ppo_const``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``,
+``sb3_dqn_paper``) run in a child
 process of this script (``--child``) with the MinAtar torso and the settings (and their
 sources) that ``_minatar_peers.py`` describes.
 
@@ -131,7 +132,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 OURS = ("a2c", "ppo", "acer", "reactor")
-GRID_PEERS = ("sb3_ppo", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
+GRID_PEERS = ("sb3_ppo", "sb3_ppo_const", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
 """The peers of the default grid (``make bench-minatar``)."""
 PEERS = (*GRID_PEERS, "sb3_dqn_paper")
 """Every peer ``--algos`` accepts (``sb3_dqn_paper``: run by name only)."""
@@ -441,7 +442,8 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
         "RMSProp lr 2.5e-4 included) but one update per 4 frames (Nature DQN's rate; "
         "sb3_dqn_paper keeps the paper's one per frame); sb3_qrdqn with the same settings, "
         "51 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
-        "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings.",
+        "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings; sb3_ppo_const "
+        "with sb3_ppo's settings at a constant lr and clip and SB3's default 2×64 MLP heads.",
         "",
         f"**Runs present: {summary['present']} of {summary['planned']} planned "
         f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),

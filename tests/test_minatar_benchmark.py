@@ -179,7 +179,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     grid = " ".join(bench.GRID)  # the whole grid, in its order, and the selection's extra peer
     games = " ".join(bench.GAMES)
     assert f"--games {games} --algos {grid} sb3_dqn_paper --seeds 1 2 3 4 --frames 3000" in md
-    assert "Runs present: 7 of 180 planned (7 complete)" in md  # 5 games x 9 algos x 4 seeds
+    assert "Runs present: 7 of 200 planned (7 complete)" in md  # 5 games x 10 algos x 4 seeds
     assert "| sb3_dqn | 3/4 | 5.00 | 4.00–6.00 |" in md
     assert "| ppo | 2/4 | 6.50 |" in md
 
@@ -590,7 +590,7 @@ def test_tiny_real_grid(bench, tmp_path):
         assert (run / "logs" / algo / "scalars" / "train" / "return_window.csv").is_file()
     data = json.loads((tmp_path / "minatar.json").read_text())
     # the summary of the whole grid, the two runs of this one present in it
-    assert (data["planned"], data["present"], data["complete"]) == (120, 2, 2)
+    assert (data["planned"], data["present"], data["complete"]) == (135, 2, 2)
     assert data["grid"]["games"] == list(bench.GAMES) and data["grid"]["seeds"] == [1, 2, 3]
 
 

@@ -80,7 +80,16 @@ class PPOConfig(OnPolicyConfig):
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "minatar": _PAPER_ATARI
-        | {"workers": 1, "envs_per_worker": 8, "torch_threads": 1, "share_torso": True},
+        | {
+            "workers": 1,
+            "envs_per_worker": 8,
+            "torch_threads": 1,
+            "share_torso": True,
+            "head_sizes": (64, 64),
+            "epochs": 4,
+            "anneal_lr": False,
+            "anneal_clip": False,
+        },
         "atari": _PAPER_ATARI | {"envs_per_worker": 4},
         "mujoco": {
             "rollout_length": 256,
@@ -99,21 +108,22 @@ class PPOConfig(OnPolicyConfig):
             "normalize_rewards": True,
         },
     }
-    """MinAtar and Atari (on top of :class:`RunConfig`'s γ 0.99 and frames; see
-    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): the PPO paper's Atari settings
-    (Schulman et al., 2017, arXiv:1707.06347, Table 5: Adam 2.5e-4 and clip 0.1, both annealed
-    linearly; 8 actors × 128 steps; 3 epochs of minibatches of 256; λ 0.95; entropy 0.01). The
-    value coefficient and gradient clip stay 0.5 (SB3's defaults, which SB3's zoo uses with its
-    shared CNN). The 8 actors: on MinAtar one worker process of 8 environments and a one-thread
-    learner, 1.42× the fps of 2 workers × 4 envs on this 2-core machine (the same batch;
-    ``benchmarks/minatar_ppo_layout.py``, ``benchmarks/results/minatar_ppo_layout.md``); on
-    Atari, where stepping and frame processing cost more, 2 workers × 4 envs (not measured).
-    MinAtar: one torso shared by actor and critic (``share_torso``), the paper's Atari network
-    (that of Mnih et al., 2016, shared by both heads) and SB3's ``CnnPolicy``. At 1M frames of
-    seed 1 it ended above separate torsos on Breakout (5.16 vs 4.79) and below on Asterix
-    (0.91 vs 1.28), within what one seed tells apart; each update runs one CNN instead of two
-    (``benchmarks/minatar_variants.py --study ppo_torso``, ``minatar_variants.md``; fps in
-    ``minatar_ppo_layout.md``). Atari keeps separate torsos (not measured).
+    """Per family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`).
+
+    Atari: the PPO paper's Atari settings (Schulman et al., 2017, arXiv:1707.06347, Table 5:
+    Adam 2.5e-4 and clip 0.1, both annealed linearly; 8 actors × 128 steps; 3 epochs of
+    minibatches of 256; λ 0.95; entropy 0.01), value coefficient and gradient clip 0.5 (SB3's),
+    2 workers × 4 envs, separate torsos (not measured here).
+
+    MinAtar, for a 1M-frame budget: the same batch (one worker of 8 envs × 128 steps, a
+    one-thread learner: 1.42× the fps of 2 workers × 4 envs here,
+    ``benchmarks/results/minatar_ppo_layout.md``), with the network and schedule of SB3's
+    PPO as rl-baselines3-zoo runs it on Atari but constant: one MinAtar torso shared by both
+    heads, each head a 2×64 tanh MLP (SB3's default ``net_arch`` after a shared features
+    extractor), 4 epochs, lr 2.5e-4 and clip 0.1 not annealed (the zoo's linear decay is tuned
+    for 10M frames). Linear heads and the annealed schedule learned about half as much at 1M
+    frames (``benchmarks/results/minatar.md``, where the previous defaults' runs are listed).
 
     MuJoCo: the PPO paper's settings (Schulman et al., 2017, arXiv:1707.06347, Table 3: 2048
     steps per batch, Adam 3e-4, 10 epochs of minibatches of 64, γ 0.99, λ 0.95, clip 0.2, a
@@ -124,10 +134,7 @@ class PPOConfig(OnPolicyConfig):
     as often)."""
 
     epochs: int = 20
-    """Passes over each batch. MinAtar: the PPO paper's 3; rl-baselines3-zoo's Atari PPO
-    runs 4, which ended higher at 1M frames (median of seeds 1–2: Asterix 1.80 vs 1.18,
-    Breakout 5.04 vs 4.86, SpaceInvaders 28.10 vs 26.86; ``benchmarks/minatar_variants.py
-    --study ppo_epochs``, ``benchmarks/results/minatar_variants.md``): ``--epochs 4``."""
+    """Passes over each batch."""
     minibatch_size: int = 256
     """Frames per gradient step (rounded to whole sequences for recurrent policies)."""
     clip_epsilon: float = 0.2
