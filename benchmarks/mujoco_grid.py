@@ -1,10 +1,10 @@
-"""MuJoCo: continuous ACER beside Stable-Baselines3 PPO (zoo settings), resumable.
+"""MuJoCo: continuous ACER, PPO and A2C beside Stable-Baselines3 PPO and A2C (zoo), resumable.
 
 Grid: tasks HalfCheetah-v5, Hopper-v5, Walker2d-v5 (gymnasium's MuJoCo tasks, the ``mujoco``
 extra) × algorithms × seeds, every run to the same number of environment steps (default
 1,000,000).
 
-    make bench-mujoco                                   # the grid: 3 tasks × 2 algos × 3 seeds
+    make bench-mujoco                                   # the grid: 3 tasks × 5 algos × 3 seeds
     python benchmarks/mujoco_grid.py --tasks HalfCheetah --algos acer --seeds 1 --frames 100000
     python benchmarks/mujoco_grid.py --algos acer acer_paper sb3_ppo   # + the paper's settings
     python benchmarks/mujoco_grid.py --summary-only     # rewrite the table and plot from the runs
@@ -24,8 +24,14 @@ Ours run through the CLI exactly as users run it, each in its own process:
   env (:func:`~ac_extensions.runtime.envs.prepare_mujoco`).
 - ``acer_paper``: the same with ``ACERConfig.PAPER_CONTINUOUS`` on top (fixed σ = 0.3, c = 5,
   α = 0.995, k = 50, n = 5; Wang et al., 2017, arXiv:1611.01224v2, §6).
+- ``ppo``, ``a2c``: ``ac-train ppo|a2c`` with the recipes' MuJoCo defaults (a Gaussian policy
+  with a state-independent σ, observation and reward normalisation; PPO the PPO paper's
+  settings, A2C SB3's defaults: :class:`~ac_extensions.recipes.ppo.PPOConfig`,
+  :class:`~ac_extensions.recipes.a2c.A2CConfig`).
 
-The peer ``sb3_ppo`` runs in a child process of this script (``--child``): SB3 PPO with
+The peer ``sb3_a2c`` is SB3 A2C with its defaults, as rl-baselines3-zoo's ``hyperparams/a2c.yml``
+runs it on the MuJoCo ``-v4`` tasks (``normalize: true``, one env). The peer ``sb3_ppo`` runs in
+a child process of this script (``--child``), as ``sb3_a2c`` does: SB3 PPO with
 rl-baselines3-zoo's tuned settings for these tasks (``hyperparams/ppo.yml``, the ``-v3``
 entries, commit 00128b5d; :data:`ZOO_PPO`), including the zoo's ``normalize: true``
 (``VecNormalize`` of observations and rewards, its γ the agent's γ, as the zoo sets it), one
@@ -69,10 +75,10 @@ from _summary import algo_stats, fmt, median, plot_curves, read_run, strip_curve
 
 RESULTS = HERE / "results"
 TASKS = ("HalfCheetah", "Hopper", "Walker2d")
-OURS = ("acer", "acer_paper")
-PEERS = ("sb3_ppo",)
+OURS = ("acer", "acer_paper", "ppo", "a2c")
+PEERS = ("sb3_ppo", "sb3_a2c")
 ALGOS = OURS + PEERS
-DEFAULT_ALGOS = ("acer", "sb3_ppo")
+DEFAULT_ALGOS = ("acer", "ppo", "a2c", "sb3_ppo", "sb3_a2c")
 
 _POLICY_256 = {"log_std_init": -2, "ortho_init": False, "activation_fn": "ReLU", "net_arch": 256}
 ZOO_PPO: dict[str, dict[str, Any]] = {
@@ -206,17 +212,18 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
         child = ["--child", run.algo, run.task, str(run.seed), str(frames), str(directory)]
         return [sys.executable, str(Path(__file__).resolve()), *child]
     every = ["--checkpoint-minutes", f"{CHECKPOINT_MINUTES:g}"]
+    recipe = "acer" if run.algo == "acer_paper" else run.algo
     if how == "resume":
         return [
             *ac_train(),
-            "acer",
+            recipe,
             *("--resume", str(directory), "--frames", str(frames)),
             *every,
         ]
     extra = paper_flags() if run.algo == "acer_paper" else []
     return [
         *ac_train(),
-        "acer",
+        recipe,
         "--env",
         run.env_id,
         "--frames",
@@ -264,30 +271,34 @@ def peer_settings(task: str) -> dict[str, Any]:
 
 
 def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict | None:
-    """Train SB3 PPO to ``frames`` on ``task`` in ``out`` (resuming its checkpoint if any).
+    """Train a SB3 peer to ``frames`` on ``task`` in ``out`` (resuming its checkpoint if any).
 
-    Returns its summary, or None when it was stopped before the end (checkpoint saved, the
-    ``VecNormalize`` statistics with it).
+    ``sb3_ppo``: PPO with :data:`ZOO_PPO`; ``sb3_a2c``: A2C with SB3's defaults, which the
+    zoo's ``hyperparams/a2c.yml`` uses for the MuJoCo ``-v4`` tasks (``normalize: true``, one
+    env, 1M steps). Returns the summary, or None when the run was stopped before the end
+    (checkpoint saved, the ``VecNormalize`` statistics with it).
     """
     import gymnasium as gym
     import torch
-    from stable_baselines3 import PPO
+    from stable_baselines3 import A2C, PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
     torch.set_num_threads(1)
     env_id = f"{task}-v5"
-    settings = peer_settings(task)
+    settings = peer_settings(task) if algo == "sb3_ppo" else {}
+    gamma = settings.get("gamma", 0.99)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": 1, "normalize": True}
     log = PeerLog(out, algo, env_id, seed, frames, config | jsonable(settings))
     checkpoint = PeerCheckpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
     saved = checkpoint.latest()
     venv = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed + checkpoint.saved_frames())
     if saved is None:
-        env = VecNormalize(venv, gamma=settings["gamma"])
+        env = VecNormalize(venv, gamma=gamma)
     else:  # the running statistics the policy was trained with
         env = VecNormalize.load(str(saved / NORMALIZE), venv)
-    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
+    cls = PPO if algo == "sb3_ppo" else A2C
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
     complete = learn_peer(model, log, checkpoint, frames, seed)
     env.close()
     return read_summary(out) if complete else None
@@ -357,13 +368,14 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     """The whole ``mujoco.md``."""
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     lines = [
-        "# MuJoCo: continuous ACER vs Stable-Baselines3 PPO",
+        "# MuJoCo: continuous ACER, PPO and A2C vs Stable-Baselines3 PPO and A2C",
         "",
         f"Command: `python benchmarks/mujoco_grid.py --tasks {' '.join(args.tasks)} --algos "
         f"{' '.join(args.algos)} --seeds {' '.join(map(str, args.seeds))} --frames "
         f"{args.frames}` (`make bench-mujoco`; settings and sources: the script's docstring). "
         f"Every run {args.frames:,} environment steps, {args.jobs} runs at a time on this "
-        "machine (2 cores); ours through `ac-train acer`, SB3 PPO with the zoo's tuned settings.",
+        "machine (2 cores); ours through `ac-train`, SB3 PPO with the zoo's tuned settings, SB3 "
+        "A2C with its defaults (the zoo's for these tasks).",
         "",
         f"**Runs present: {summary['present']} of {summary['planned']} planned "
         f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),

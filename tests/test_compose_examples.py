@@ -9,6 +9,8 @@ clearly improved mean return of the last 20 episodes (a random policy: CartPole 
 * compose_acer, 16,000 frames: 413 / 387 / 351 / 370 / 290 (28-40 s) -> 200
 * compose_reactor, 12,800 frames: 402 / 270 / 385 / 236 / 319 (72-88 s) -> 150
 * compose_continuous_acer, 24,000 frames: -231 / -200 / -590 / -223 / -267 (62-72 s) -> -900
+* compose_continuous_ppo --loss ppo, 61,440 frames, seeds 0-2: -265 / -191 / -284 (32-35 s)
+  -> -500; --loss a2c, seeds 0-3: -629 / -619 / -690 / -589 (25-43 s) -> -900
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ SCRIPTS = [
     "compose_acer.py",
     "compose_reactor.py",
     "compose_continuous_acer.py",
+    "compose_continuous_ppo.py",
 ]
 
 
@@ -39,11 +42,13 @@ SCRIPTS = [
         ("compose_acer.py", 16_000, 200.0),
         ("compose_reactor.py", 12_800, 150.0),
         ("compose_continuous_acer.py", 24_000, -900.0),
+        ("compose_continuous_ppo.py --loss ppo", 61_440, -500.0),
+        ("compose_continuous_ppo.py --loss a2c", 61_440, -900.0),
     ],
 )
 def test_compose_example_learns(script, frames, threshold):
     result = subprocess.run(
-        [sys.executable, script, "--frames", str(frames), "--seed", "1"],
+        [sys.executable, *script.split(), "--frames", str(frames), "--seed", "1"],
         cwd=EXAMPLES,
         capture_output=True,
         text=True,
