@@ -64,3 +64,26 @@ def load_script(path: Path, name: str) -> Iterator[ModuleType]:
         yield module
     finally:
         sys.modules.pop(name, None)
+
+
+def check_stored_normalisation(monkeypatch, config, train):
+    """Every batch's stored normalised observations are the learner's normalisation of them
+    (the workers normalise with the statistics the learner last sent)."""
+    import torch
+
+    from ac_extensions.modules import NORMALIZED_OBSERVATION
+    from ac_extensions.runtime.on_policy import BatchNormalizers
+
+    checks = []
+    original = BatchNormalizers.__call__
+
+    def checked(self, batch):
+        if self.observations is not None:
+            expected = self.observations.normalize(batch["observation"])
+            checks.append(torch.allclose(batch[NORMALIZED_OBSERVATION], expected, atol=1e-5))
+        return original(self, batch)
+
+    monkeypatch.setattr(BatchNormalizers, "__call__", checked)
+    metrics = list(train(config))
+    assert len(checks) == len(metrics) >= 3 and all(checks), checks
+    return metrics

@@ -19,6 +19,7 @@ from ac_extensions.recipes import ppo as ppo_recipe
 from ac_extensions.runtime import Checkpointer
 from ac_extensions.runtime.envs import ClipActionToBounds, make_gym_env
 from ac_extensions.runtime.on_policy import BatchNormalizers
+from tests._helpers import check_stored_normalisation
 
 # rl-baselines3-zoo's Pendulum-v1 PPO (hyperparams/ppo.yml) without its gSDE: γ 0.9, λ 0.95,
 # 10 epochs, lr 1e-3 (here constant); with reward normalisation.
@@ -138,3 +139,18 @@ def test_continuous_run_resumes_with_its_normalisation_statistics(tmp_path, monk
     assert len(resumed) == 2 and resumed[-1]["time/frames"] == 3072
     assert built[-1].observations.count.item() == pytest.approx(3072 + 1e-4)
     assert built[-1].rewards.returns.shape == (8,)  # one running return per env row
+
+
+@pytest.mark.timeout(240)
+def test_workers_normalise_with_the_learners_statistics(monkeypatch):
+    config = PPOConfig(
+        env_id="Pendulum-v1",
+        frames=2048,
+        rollout_length=64,
+        workers=2,
+        envs_per_worker=4,
+        epochs=2,
+        normalize_observations=True,
+        normalize_rewards=True,
+    )
+    check_stored_normalisation(monkeypatch, config, ppo_recipe.train)

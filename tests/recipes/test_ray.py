@@ -18,8 +18,9 @@ from tensordict import TensorDict
 
 from ac_extensions.cli._config import UsageError
 from ac_extensions.cli.train import parse
-from ac_extensions.recipes import a2c, acer, reactor
+from ac_extensions.recipes import a2c, acer, ppo, reactor
 from ac_extensions.runtime import Checkpointer, RunConfig, close_replay
+from tests._helpers import check_stored_normalisation
 
 WORKERS = 2
 
@@ -110,6 +111,27 @@ def test_on_policy_recipe_trains_on_ray_actors(ray_cluster):
     _check_run(metrics, config)
     assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
     assert ray_cluster.is_initialized() and _cpus_released(ray_cluster)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_continuous_ppo_on_ray_actors_normalises_with_the_learners_statistics(
+    ray_cluster, monkeypatch
+):
+    config = ppo.PPOConfig(
+        env_id="Pendulum-v1",
+        backend="ray",
+        workers=WORKERS,
+        envs_per_worker=2,
+        rollout_length=64,
+        frames=1024,  # each env 256 steps: its first 200-step episode ends
+        epochs=2,
+        normalize_observations=True,
+        normalize_rewards=True,
+    )
+    metrics = check_stored_normalisation(monkeypatch, config, ppo.train)
+    _check_run(metrics, config)
+    assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
 
 
 @pytest.mark.ray
