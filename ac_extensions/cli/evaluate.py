@@ -55,6 +55,7 @@ def load_policy(directory: Path):
 
     from ac_extensions.modules import ObservationNormalizer
     from ac_extensions.runtime import Checkpointer, load_loss_state_dict
+    from ac_extensions.runtime.on_policy import BatchNormalizers
 
     name, config = read_run(directory)
     module, _ = load_recipe(name)
@@ -67,8 +68,13 @@ def load_policy(directory: Path):
     loss = next(part for part in built if isinstance(part, LossModule))
     load_loss_state_dict(loss, state["loss"])
     policy = built[0]
+    counters = state.get("counters", {})
+    normalizers = next((p for p in built if isinstance(p, BatchNormalizers)), None)
+    if normalizers is not None:  # A2C / PPO: the normaliser goes in front of the actor
+        normalizers.load_state_dict(counters)
+        return name, config, module, normalizers.policy(policy)
     # Observation statistics (ACER's normalize_observations) are kept beside the counters.
-    statistics = state.get("counters", {}).get("observation_norm")
+    statistics = counters.get("observation_norm")
     if statistics is not None:
         normalizer = next(m for m in policy.modules() if isinstance(m, ObservationNormalizer))
         normalizer.load_state_dict(statistics)

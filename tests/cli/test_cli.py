@@ -432,3 +432,19 @@ def test_plot_puts_each_env_in_its_own_panel(ppo_run, tmp_path):
     png = tmp_path / "two.png"
     assert plot.main([str(ppo_run), str(other), "--out", str(png)]) == 0
     assert png.stat().st_size > 1000
+
+
+@pytest.mark.timeout(300)
+def test_eval_of_a_continuous_run_uses_its_observation_statistics(tmp_path, capsys):
+    # PPO on Pendulum with normalised observations: ac-eval puts the checkpoint's statistics
+    # in front of the Gaussian actor (without them the actor would read raw observations).
+    from ac_extensions.cli.train import main as train_main
+
+    out = tmp_path / "pendulum"
+    flags = ["--env", "Pendulum-v1", "--frames", "2048", "--normalize-observations"]
+    assert train_main(["ppo", *flags, "--out", str(out), "--quiet"]) == 0
+    name, _, _, policy = evaluate.load_policy(out)
+    normalizer = policy[0]
+    assert name == "ppo" and float(normalizer.count) == pytest.approx(2048 + 1e-4)
+    assert evaluate.main([str(out), "--episodes", "1"]) == 0
+    assert "ppo on Pendulum-v1: mean return" in capsys.readouterr().out
