@@ -1,0 +1,145 @@
+"""PPO's training speed against Stable-Baselines3 PPO at the same settings, side by side.
+
+For each env, our PPO (``PPOConfig.for_env``: the recipe's defaults for the env's family) and
+SB3 PPO at the same settings (batch, epochs, minibatch, network, normalisation; MinAtar: the
+``sb3_ppo_const`` peer of the MinAtar grid; MuJoCo: SB3's PPO defaults, which are the PPO
+paper's, with ``VecNormalize``) each train ``--frames`` frames in a fresh subprocess, one
+after the other and alternating (ours, SB3, ours, SB3, ...) ``--repeats`` times, so a change
+of machine load hits both alike. fps counts the whole run from before the model is built;
+the table gives the median of the repeats and ours over SB3's.
+
+    python benchmarks/ppo_speed.py --envs MinAtar/Breakout-v1 HalfCheetah-v5 --frames 100000
+
+Writes ``benchmarks/results/ppo_speed.{md,json}`` (the notes under the table are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _results import write_markdown  # noqa: E402
+
+RESULTS = HERE / "results"
+DEFAULT_ENVS = ("MinAtar/Breakout-v1", "HalfCheetah-v5")
+
+
+def ours(env_id: str, frames: int) -> dict:
+    """Our PPO with its defaults for ``env_id``'s family; frames and seconds."""
+    from ac_extensions.recipes.ppo import PPOConfig, train
+
+    start = time.perf_counter()
+    config = PPOConfig.for_env(env_id, frames=frames, seed=1)
+    metrics = list(train(config))
+    return {"frames": metrics[-1]["time/frames"], "seconds": time.perf_counter() - start}
+
+
+def sb3(env_id: str, frames: int) -> dict:
+    """SB3 PPO at our defaults' settings for ``env_id``; frames and seconds."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from ac_extensions.recipes.ppo import PPOConfig
+    from ac_extensions.runtime.envs import env_family, make_gym_env
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    config = PPOConfig.for_env(env_id, seed=1)
+    n_envs = config.workers * config.envs_per_worker
+    env = make_vec_env(lambda: make_gym_env(env_id), n_envs=n_envs, seed=1)
+    if env_family(env_id) == "minatar":
+        from _minatar_peers import peer_settings
+
+        settings = peer_settings("sb3_ppo_const", frames)
+    else:
+        env = VecNormalize(env, gamma=config.gamma)
+        settings = dict(
+            n_steps=config.rollout_length,
+            batch_size=config.minibatch_size,
+            n_epochs=config.epochs,
+            learning_rate=config.lr,
+            clip_range=config.clip_epsilon,
+            ent_coef=config.entropy_coeff,
+            gamma=config.gamma,
+            gae_lambda=config.lmbda,
+        )
+    model = PPO("MlpPolicy", env, seed=1, device="cpu", verbose=0, **settings)
+    model.learn(frames)
+    return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
+
+
+def run_child(which: str, env_id: str, frames: int) -> dict:
+    """One run in a fresh interpreter; its result dict."""
+    command = [sys.executable, __file__, "--child", which, env_id, str(frames)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{which} on {env_id} failed:\n{done.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def median(values: list[float]) -> float:
+    """The median."""
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, run the pairs, write the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
+    parser.add_argument("--frames", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    rows = []
+    for env_id in args.envs:
+        fps: dict[str, list[float]] = {"ours": [], "sb3": []}
+        for repeat in range(args.repeats):
+            for which in ("ours", "sb3"):
+                result = run_child(which, env_id, args.frames)
+                fps[which].append(result["frames"] / result["seconds"])
+                print(f"{env_id} {which} #{repeat + 1}: {fps[which][-1]:,.0f} fps", flush=True)
+        ours_fps, sb3_fps = median(fps["ours"]), median(fps["sb3"])
+        rows.append(
+            {"env": env_id, "ours": fps["ours"], "sb3": fps["sb3"], "ratio": ours_fps / sb3_fps}
+        )
+    lines = [
+        "# PPO: training fps against Stable-Baselines3 PPO at the same settings",
+        "",
+        f"Command: `python benchmarks/ppo_speed.py --envs {' '.join(args.envs)} --frames "
+        f"{args.frames} --repeats {args.repeats}`; {platform.processor() or platform.machine()}, "
+        "runs one at a time, alternating. fps: the whole run, start-up included (median of the "
+        "repeats).",
+        "",
+        "| env | ours fps | SB3 PPO fps | ours / SB3 |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['env']} | {median(row['ours']):,.0f} | {median(row['sb3']):,.0f} | "
+            f"{row['ratio']:.2f}× |"
+        )
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "ppo_speed.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_markdown(args.results / "ppo_speed.md", "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _, _, which, env_id, frames = sys.argv
+        result = {"ours": ours, "sb3": sb3}[which](env_id, int(frames))
+        print("RESULT " + json.dumps(result), flush=True)
+        sys.exit(0)
+    sys.exit(main())
