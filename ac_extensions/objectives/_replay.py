@@ -369,6 +369,22 @@ class ReplayedSequenceLoss(LossModule):
         """Raise for a bad input (naming the key, the expected and the actual shape)."""
         raise NotImplementedError
 
+    def _check_next_inputs(self, tensordict: TensorDictBase) -> None:
+        """Raise a ``KeyError`` naming a network input missing under ``"next"``.
+
+        The networks run on ``("next", ...)`` for the bootstrap values; recurrent hidden states
+        are checked with the recurrent inputs.
+        """
+        recurrent = set(recurrent_in_keys(self.actor_network))
+        for key in self.actor_network.in_keys:
+            nested = ("next", *((key,) if isinstance(key, str) else key))
+            if key not in recurrent and tensordict.get(nested, None) is None:
+                raise KeyError(
+                    f"{type(self).__name__}: the input (batch_size "
+                    f"{list(tensordict.batch_size)}) has no key {nested!r}, the next step's "
+                    f"input of the networks (the bootstrap values need it)"
+                )
+
     def _run_networks(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Everything the current networks write (burn-in reads their new hidden states)."""
         raise NotImplementedError
@@ -383,6 +399,7 @@ class ReplayedSequenceLoss(LossModule):
             raise ValueError(f"{type(self).__name__}: the input needs a batch shape [T] or [B, T]")
         check_burn_in(self.burn_in, tensordict.batch_size[-1])  # before the key checks
         self._check_input(tensordict)
+        self._check_next_inputs(tensordict)
         single = tensordict.batch_dims == 1
         if single:
             tensordict = tensordict.unsqueeze(0)

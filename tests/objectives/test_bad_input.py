@@ -91,6 +91,14 @@ def test_missing_behavior_key(name):
 
 
 @pytest.mark.parametrize("name", LOSSES)
+def test_missing_next_observation(name):
+    # The networks run on ("next", ...) for the bootstrap: a missing next input is named.
+    make, is_continuous = LOSSES[name]
+    td = batch(is_continuous).exclude(("next", "observation"))
+    raises(make(), td, KeyError, "('next', 'observation')", "[3, 5]")
+
+
+@pytest.mark.parametrize("name", LOSSES)
 @pytest.mark.parametrize("flag", ["done", "terminated"])
 def test_float_done_or_terminated(name, flag):
     make, is_continuous = LOSSES[name]
