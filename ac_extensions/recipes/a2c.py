@@ -77,12 +77,8 @@ class A2CConfig(OnPolicyConfig):
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): A3C/A2C's Atari settings, t_max
     = 5 steps per update and entropy β = 0.01 (Mnih et al., 2016, arXiv:1602.01783,
     experimental setup; also SB3's and rl-baselines3-zoo's Atari A2C), RMSprop 7e-4 as the class
-    default, two workers (the setting ``tests/recipes/test_minatar.py``'s Breakout learning test
-    measured; CartPole's default is one). Measured on MinAtar by the grid
-    (``benchmarks/results/minatar.md``, median of seeds 1–3 at 1M frames): above SB3 zoo's
-    Atari A2C on all five games (Breakout 5.31 vs 4.96, Asterix 9.89 vs 0.50, Freeway 51.11
-    vs 0.59, Seaquest 2.95 vs 0.75, SpaceInvaders 51.96 vs 35.05); no other MinAtar setting
-    compared yet. Atari: not measured.
+    default, two workers (CartPole's default is one). On MinAtar above SB3 zoo's Atari A2C on
+    all five games (``benchmarks/results/minatar.md``); Atari: not measured.
 
     MuJoCo: SB3's A2C defaults (the class defaults: 5 steps per env, RMSprop 7e-4, γ 0.99, no
     entropy bonus, separate 2×64 tanh MLPs, a diagonal Gaussian with a state-independent

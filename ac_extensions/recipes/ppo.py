@@ -68,14 +68,9 @@ class PPOConfig(OnPolicyConfig):
     """Hyper-parameters of PPO; defaults: rl-baselines3-zoo's tuned CartPole-v1 PPO.
 
     γ 0.98, λ 0.8, lr 1e-3 linear, clip 0.2 linear, 20 epochs, minibatch 256, 2×64 tanh MLPs,
-    Adam eps 1e-5, grad-norm 0.5 (DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml``).
-    Faster on CartPole-v1 on a 2-core CPU: ``PPOConfig(async_collection=True, workers=1)``
-    (one worker collects the next batch while the learner trains on this one): over 10 seeds
-    0.94× Stable-Baselines3 zoo PPO's median frames to a mean return of 475 at 2.28× its
-    frames per second (``benchmarks/ppo_vs_sb3.py``, ``benchmarks/results/ppo_cartpole.md``).
-    lr 2e-3 needed fewer frames than 1e-3 in synchronous runs over 20 seeds
-    (``benchmarks/ppo_frames_sweep.py``, ``benchmarks/results/ppo_frames_sweep*.md``), but not
-    in the latest async run (1.06× SB3's frames).
+    Adam eps 1e-5, grad-norm 0.5 (DLR-RM/rl-baselines3-zoo ``hyperparams/ppo.yml``). Other env
+    families: ``PPOConfig.for_env(env_id, ...)`` (``FAMILY_DEFAULTS``; what ``ac-train``
+    uses). Measured against Stable-Baselines3: ``benchmarks/RESULTS.md``.
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
