@@ -69,6 +69,19 @@ class PeerLog:
         self.logged = -math.inf
         self.resumed_at: list[int] = []
         self.saved_seconds: float | None = None
+        self.code = self._code_record(out)
+
+    @staticmethod
+    def _code_record(out: Path) -> list[dict]:
+        """The earlier starts' provenance (from ``summary.json``) and this one's."""
+        from ac_extensions.runtime.provenance import provenance
+
+        starts = []
+        try:
+            starts = list(json.loads((out / "summary.json").read_text()).get("code", []))
+        except (OSError, ValueError, TypeError):
+            pass
+        return [*starts, provenance(("stable-baselines3", "sb3-contrib"))]
 
     def episode(self, episode_return: float) -> None:
         """Account for one finished episode."""
@@ -145,6 +158,7 @@ class PeerLog:
             "final_return_episodes": len(self.window),
             "resumed_at_frames": self.resumed_at,
             "config": self.config,
+            "code": self.code,
         }
         atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
 

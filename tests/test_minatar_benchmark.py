@@ -792,6 +792,9 @@ def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
     assert summary["complete"] and summary["frames"] == budget
     assert summary["resumed_at_frames"] == [at]
     assert summary["wall_seconds"] >= stopped["wall_seconds"]  # one clock across the stop
+    # each start records its code and versions (the stopped one's entry is kept)
+    assert len(summary["code"]) == 2 and summary["code"][0] == stopped["code"][0]
+    assert summary["code"][1]["versions"]["stable-baselines3"]
     for name in (bench.CURVE, bench.SECONDS, "train/episodes"):
         rows = csv_rows(out, "sb3_dqn", name)
         frames = [f for f, _ in rows]

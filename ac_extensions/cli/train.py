@@ -5,9 +5,10 @@
     ac-train acer --help                      # every ACERConfig field, with its documentation
     ac-train ppo --env MinAtar/Breakout-v1    # MinAtar's defaults (PPOConfig.for_env)
 
-Writes into ``--out DIR``: ``run.json`` (algorithm and config), ``logs/`` (TorchRL logger;
-CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines), ``summary.json``
-(rewritten atomically after every batch) and ``checkpoints/`` (see
+Writes into ``--out DIR``: ``run.json`` (algorithm, config, and per start the commit, package
+versions and machine: :func:`~ac_extensions.runtime.provenance.provenance`), ``logs/``
+(TorchRL logger; CSV: ``logs/<algorithm>/scalars/<metric>.csv`` as ``frames,value`` lines),
+``summary.json`` (rewritten atomically after every batch) and ``checkpoints/`` (see
 :class:`~ac_extensions.runtime.Checkpointer`). SIGTERM to the ``ac-train`` process
 (``kill PID``) stops a run after the batch in progress, with a checkpoint of it (exit status
 143; ``--resume`` loses nothing); a second SIGTERM ends it at once. SIGKILL, a crash, or a
@@ -175,6 +176,20 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
             "(pip install 'ac-extensions[loggers]')"
         )
     return name, config, args
+
+
+def run_record(out: Path, name: str, config) -> dict[str, Any]:
+    """``run.json``: the algorithm, its config, and one :func:`provenance` entry per start.
+
+    A resumed run keeps the entries of its earlier starts (``"code"`` lists every segment's
+    commit, versions and machine, oldest first).
+    """
+    from ac_extensions.runtime.provenance import provenance
+
+    starts = []
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        starts = list(json.loads((out / RUN_FILE).read_text()).get("code", []))
+    return {"algorithm": name, "config": config_to_json(config), "code": [*starts, provenance()]}
 
 
 def check_action_space(name: str, env_id: str) -> None:
@@ -454,10 +469,7 @@ def train_command(argv: list[str]) -> int:
     logger_state = prepare_output(args, checkpointer, tracker)
 
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        out / RUN_FILE,
-        json.dumps({"algorithm": name, "config": config_to_json(config)}, indent=1) + "\n",
-    )
+    atomic_write_text(out / RUN_FILE, json.dumps(run_record(out, name, config), indent=1) + "\n")
     logger = make_logger(args.logger, out, name, config, logger_state)
 
     def extra() -> dict[str, Any]:

@@ -25,6 +25,8 @@ One file per job; runtime imports only :mod:`ac_extensions.modules` of the packa
   batches).
 * :mod:`~ac_extensions.runtime.progress`: :class:`Progress` (returns, frames, fps),
   :func:`finished_returns`.
+* :mod:`~ac_extensions.runtime.provenance`: :func:`provenance`, the commit, package versions
+  and machine a run records.
 * :mod:`~ac_extensions.runtime.checkpoint`: :class:`Checkpointer` (atomic, resumable;
   :class:`RunStopped` ends a run stopped on request, after its checkpoint).
 * :mod:`~ac_extensions.runtime.flat`: :class:`FlatParameters` and :class:`FlatAdam`, the
@@ -66,6 +68,7 @@ from ac_extensions.runtime.flat import FlatAdam, FlatParameters
 from ac_extensions.runtime.guards import NonFiniteError, NonFiniteGuard, TrainingWarning
 from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.progress import Progress, collector_metrics, finished_returns
+from ac_extensions.runtime.provenance import provenance
 from ac_extensions.runtime.replay import (
     BinaryAsUint8,
     close_replay,
@@ -109,6 +112,7 @@ __all__ = [
     "load_loss_state_dict",
     "loss_state_dict",
     "make_replay_buffer",
+    "provenance",
     "replay_uint8_keys",
     "resume",
     "seed_run",

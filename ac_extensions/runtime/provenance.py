@@ -1,0 +1,79 @@
+"""What produced a run: the code's commit, the package versions, the machine.
+
+``ac-train`` writes :func:`provenance` into every run's ``run.json`` (one entry per start, so a
+resumed run lists each segment's code), and the benchmark grids' peers do the same, so a results
+table can say which code made each row.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("ac-extensions", "torch", "torchrl", "tensordict", "gymnasium", "numpy")
+"""The distributions whose versions a run records (others can be added by the caller)."""
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def code_version(root: Path | None = None) -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout holding the package.
+
+    ``dirty``: uncommitted changes to tracked files (untracked files do not count). Both are None
+    when the package is not inside a git checkout (an installed wheel).
+    """
+    root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str | None]:
+    """Installed version of each of :data:`PACKAGES` and ``extra`` (None if missing)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in (*PACKAGES, *extra):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def provenance(extra_packages: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The code, versions and machine of this process, and when it started (UTC).
+
+    Example:
+        >>> record = provenance()
+        >>> sorted(record)
+        ['code', 'machine', 'started', 'versions']
+    """
+    return {
+        "code": code_version(),
+        "versions": package_versions(extra_packages),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "executable": sys.executable,
+        },
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+__all__ = ["code_version", "package_versions", "provenance"]

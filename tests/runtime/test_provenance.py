@@ -1,0 +1,51 @@
+"""Runs record what produced them: commit, dirty flag, package versions, machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ac_extensions.cli.train import main
+from ac_extensions.runtime.provenance import code_version, package_versions, provenance
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout
+
+
+def test_code_version_is_the_checkouts_head_and_its_dirty_flag():
+    if not git("rev-parse", "HEAD").strip():
+        pytest.skip("not a git checkout")
+    record = code_version()
+    assert record["commit"] == git("rev-parse", "HEAD").strip()
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    assert record["dirty"] is dirty
+
+
+def test_outside_a_checkout_the_commit_is_unknown(tmp_path):
+    assert code_version(tmp_path) == {"commit": None, "dirty": None}
+
+
+def test_versions_and_machine():
+    versions = package_versions(("no-such-package-here",))
+    assert versions["torch"] and versions["torchrl"] and versions["python"]
+    assert versions["no-such-package-here"] is None
+    record = provenance()
+    assert record["machine"]["cpus"] >= 1 and record["started"].endswith("+00:00")
+
+
+@pytest.mark.timeout(300)
+def test_ac_train_records_one_entry_per_start(tmp_path):
+    out = tmp_path / "run"
+    assert main(["ppo", "--frames", "1024", "--out", str(out), "--quiet"]) == 0
+    first = json.loads((out / "run.json").read_text())["code"]
+    assert len(first) == 1 and first[0]["versions"]["torchrl"]
+    assert main(["ppo", "--resume", str(out), "--frames", "2048", "--quiet"]) == 0
+    second = json.loads((out / "run.json").read_text())["code"]
+    assert len(second) == 2 and second[0] == first[0]
+    assert second[1]["code"] == code_version()
