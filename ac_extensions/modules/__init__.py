@@ -5,11 +5,14 @@ from __future__ import annotations
 from ac_extensions.modules.acer import NatureCNN, make_acer_actor
 from ac_extensions.modules.actor_critic import (
     CategoricalSampler,
+    FeatureCache,
+    TorsoHead,
     collection_policy,
     make_actor_critic,
     make_qvalue,
     recurrent_env_transforms,
     recurrent_in_keys,
+    shared_features,
 )
 from ac_extensions.modules.dueling import (
     FixedNormalScale,
@@ -32,6 +35,7 @@ from ac_extensions.modules.reactor import (
 __all__ = [
     "NORMALIZED_OBSERVATION",
     "CategoricalSampler",
+    "FeatureCache",
     "FixedNormalScale",
     "MinAtarCNN",
     "NatureCNN",
@@ -39,6 +43,7 @@ __all__ = [
     "PreviousActionReward",
     "RewardNormalizer",
     "StochasticDuelingNetwork",
+    "TorsoHead",
     "collection_policy",
     "make_acer_actor",
     "make_actor_critic",
@@ -49,4 +54,5 @@ __all__ = [
     "reactor_hidden_state_keys",
     "recurrent_env_transforms",
     "recurrent_in_keys",
+    "shared_features",
 ]

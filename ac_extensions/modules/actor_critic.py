@@ -33,7 +33,9 @@ state of each sequence's first step.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -165,9 +167,10 @@ def make_actor_critic(
     init, gain 0.01 for the policy head, 1 for the value). By default actor and critic get
     **separate** torsos (SB3's default for MLP policies), which keeps the critic's gradients off
     the policy's features. ``share_torso=True`` builds **one** torso feeding both heads, as the
-    MinAtar paper's AC(λ) and SB3's ``CnnPolicy`` do: each network is then
-    ``nn.Sequential(torso, head)`` with the same ``torso`` object, its parameters trained by the
-    sum of the policy and value losses. With the MLP torso the shared
+    MinAtar paper's AC(λ) and SB3's ``CnnPolicy`` do: each network is then a
+    :class:`TorsoHead` ``(torso, head)`` with the same ``torso`` object, its parameters trained
+    by the sum of the policy and value losses (inside :func:`shared_features`, as the
+    on-policy losses run them, the torso runs once for both heads). With the MLP torso the shared
     part is every hidden layer (``hidden_sizes``) and each head one linear layer.
 
     Distributions:
@@ -235,8 +238,9 @@ def make_actor_critic(
 
     if share_torso:
         body, width = make_encoder(torso, observation_dim, hidden_sizes)
-        actor_net = nn.Sequential(body, mlp(width, num_actions, head_sizes, head_gain=0.01))
-        critic_net = nn.Sequential(body, mlp(width, 1, head_sizes, head_gain=1.0))
+        cache = FeatureCache()
+        actor_net = TorsoHead(body, mlp(width, num_actions, head_sizes, head_gain=0.01), cache)
+        critic_net = TorsoHead(body, mlp(width, 1, head_sizes, head_gain=1.0), cache)
         actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
         critic = ValueOperator(critic_net, in_keys=[observation_key])
     elif recurrent is None and torso == "mlp":
@@ -310,6 +314,89 @@ def _distribution(distribution: str, action_bounds) -> dict:
         low, high = (torch.as_tensor(bound, dtype=torch.float32) for bound in action_bounds)
         return {"distribution_class": TanhNormal, "distribution_kwargs": {"low": low, "high": high}}
     return {"distribution_class": torch.distributions.Categorical}
+
+
+class FeatureCache:
+    """One torso output, reused by the heads that share the torso while :attr:`active`.
+
+    Keyed on the input tensor object, its version counter (an in-place change invalidates it)
+    and the grad mode. Only :func:`shared_features` activates it, for the length of one loss
+    evaluation, inside which the parameters do not change and no backward pass runs.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self._entry: tuple | None = None
+
+    def features(self, torso: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``torso(x)``, computed once per input while active."""
+        if not self.active:
+            return torso(x)
+        key = (x._version, torch.is_grad_enabled())
+        entry = self._entry
+        if entry is not None and entry[0]() is x and entry[1] == key:
+            return entry[2]
+        out = torso(x)
+        self._entry = (weakref.ref(x), key, out)
+        return out
+
+    def clear(self) -> None:
+        """Drop the cached output (and with it its autograd graph)."""
+        self._entry = None
+
+    def __getstate__(self) -> dict:  # (copied or pickled: no cached tensor travels)
+        return {"active": False, "_entry": None}
+
+
+class TorsoHead(nn.Sequential):
+    """``Sequential(torso, head)`` whose torso output the other heads on it can reuse.
+
+    The actor and the critic of ``make_actor_critic(share_torso=True)`` are two of these with
+    the same torso and the same :class:`FeatureCache`. Outside :func:`shared_features` each
+    runs its torso as a plain ``Sequential`` would; inside, a second head on the same input
+    tensor reuses the first one's features (and their graph: the backward pass through the
+    torso then runs once, with both heads' gradients summed). Parameters and state-dict keys
+    are those of ``nn.Sequential(torso, head)``.
+
+    Args:
+        torso: the shared module, input → features.
+        head: this network's head, features → output.
+        cache: the cache shared with the other heads on ``torso``.
+    """
+
+    def __init__(self, torso: nn.Module, head: nn.Module, cache: FeatureCache) -> None:
+        super().__init__(torso, head)
+        self.feature_cache = cache
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return self[1](self.feature_cache.features(self[0], x))
+
+
+@contextmanager
+def shared_features(*networks: nn.Module | None) -> Iterator[None]:
+    """Run the shared torsos in ``networks`` once per input inside the block.
+
+    See :class:`TorsoHead`; the cached features are dropped on leaving the block. The
+    on-policy losses wrap each evaluation in it (TorchRL's losses call the actor, then the
+    critic, on the same observation tensor) unless they run functionally
+    (``functional=True``, TorchRL's default), where the critic's copy of a shared parameter is
+    detached and the two heads must not share one graph.
+    """
+    caches = {
+        id(module.feature_cache): module.feature_cache
+        for network in networks
+        if network is not None
+        for module in network.modules()
+        if isinstance(module, TorsoHead)
+    }
+    for cache in caches.values():
+        cache.active = True
+    try:
+        yield
+    finally:
+        for cache in caches.values():
+            cache.active = False
+            cache.clear()
 
 
 def make_qvalue(

@@ -8,6 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, dispatch
 from torchrl.objectives import A2CLoss
 
+from ac_extensions.modules import shared_features
 from ac_extensions.objectives._sequence import SequenceLossMixin, _key_list
 from ac_extensions.objectives.addons import PolicyLossAddon
 
@@ -68,7 +69,11 @@ class SequenceA2CLoss(SequenceLossMixin, A2CLoss):
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Compute TorchRL's A2C losses and this class's scalar diagnostics."""
-        return self._finish(tensordict, super().forward(self._validate(tensordict)))
+        tensordict = self._validate(tensordict)
+        networks = () if self.functional else (self.actor_network, self.critic_network)
+        with shared_features(*networks):  # a torso shared by actor and critic runs once
+            out = super().forward(tensordict)
+        return self._finish(tensordict, out)
 
     @property
     def in_keys(self):

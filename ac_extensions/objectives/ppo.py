@@ -8,6 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, dispatch
 from torchrl.objectives import ClipPPOLoss
 
+from ac_extensions.modules import shared_features
 from ac_extensions.objectives._sequence import SequenceLossMixin
 from ac_extensions.objectives.addons import PolicyLossAddon
 
@@ -93,7 +94,10 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
             ``loss_*`` terms), plus the detached diagnostics when :attr:`diagnostics` is on.
         """
         tensordict = self._validate(tensordict)
-        return self._finish(tensordict, super().forward(tensordict))
+        networks = () if self.functional else (self.actor_network, self.critic_network)
+        with shared_features(*networks):  # a torso shared by actor and critic runs once
+            out = super().forward(tensordict)
+        return self._finish(tensordict, out)
 
     def _set_in_keys(self):
         # TorchRL's inputs, plus the advantage and value target, so that keyword calls
