@@ -736,6 +736,9 @@ class PrioritizedSequenceSampler(PrioritizedSampler):
         torch.save(self.state_dict(), path / "sampler_state.pt")
 
     def loads(self, path: str | Path) -> None:
-        """Load what :meth:`dumps` saved under ``path``."""
-        state = torch.load(Path(path) / "sampler_state.pt", weights_only=False)
+        """Load what :meth:`dumps` saved under ``path``.
+
+        Tensors and plain values only (``weights_only=True``): a crafted file cannot run code.
+        """
+        state = torch.load(Path(path) / "sampler_state.pt", weights_only=True)
         self.load_state_dict(state)

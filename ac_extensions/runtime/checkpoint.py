@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -21,26 +23,73 @@ from ac_extensions.runtime.progress import Progress
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
-    """Every random stream a recipe draws from: torch (CPU, CUDA), numpy, ``random``, its own."""
-    state = {
+    """Every random stream a recipe draws from: torch (CPU, CUDA), numpy, ``random``, its own.
+
+    Tensors and plain Python values only (a checkpoint is read with ``weights_only=True``).
+    """
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002 (global stream)
+    return {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),  # noqa: NPY002 (global stream)
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "python": random.getstate(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "generator": None if generator is None else generator.get_state(),
     }
-    return state
 
 
 def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
-    """Restore what :func:`rng_state` saved."""
+    """Restore what :func:`rng_state` saved (also the numpy tuple older checkpoints hold)."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])  # noqa: NPY002
+    saved = state["numpy"]
+    if isinstance(saved, dict):
+        keys = saved["keys"].numpy().astype(np.uint32)
+        saved = (saved["name"], keys, saved["pos"], saved["has_gauss"], saved["cached_gaussian"])
+    np.random.set_state(saved)  # noqa: NPY002
     random.setstate(state["python"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     if generator is not None and state["generator"] is not None:
         generator.set_state(state["generator"])
+
+
+def safe_load(path: Path) -> Any:
+    """``torch.load(path)`` with ``weights_only=True``: tensors and plain Python values only.
+
+    Unpickling can run code; a restricted unpickler reads nothing else. The numpy arrays and
+    dtypes this library's older checkpoints hold (a saved numpy random state) are allowed too.
+
+    Raises:
+        CheckpointError: one line naming the file, for anything else it holds, or when it
+            cannot be read at all.
+    """
+    allowed = [np.ndarray, np.dtype, np.dtypes.UInt32DType, np.dtypes.Int64DType]
+    allowed.append(np._core.multiarray._reconstruct)
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        if found is None:  # a damaged file, not a forbidden object
+            raise CheckpointError(f"cannot read {path}: {_detail(error)}") from error
+        raise CheckpointError(
+            f"refusing to read {path}: it holds {found.group(1)}, not only tensors and plain "
+            f"values (unpickling it could run code)"
+        ) from error
+    except Exception as error:  # truncated, not a torch file
+        raise CheckpointError(f"cannot read {path}: {_detail(error)}") from error
+
+
+def _detail(error: BaseException) -> str:
+    """The informative line of a loading error (torch's start with a long preamble)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    specific = [line for line in lines if line.startswith("Unsupported")]
+    return (specific or lines or [type(error).__name__])[0]
 
 
 LAZY_PREFIX = "_value_estimator."
@@ -237,10 +286,7 @@ class Checkpointer:
         path = self.latest()
         if path is None:
             return None
-        try:
-            state = torch.load(path / self.STATE, map_location="cpu", weights_only=False)
-        except Exception as error:  # truncated, not a torch file, unpickling failure
-            raise CheckpointError(f"cannot read {path / self.STATE}: {error}") from error
+        state = safe_load(path / self.STATE)
         if not isinstance(state, dict) or "counters" not in state:
             raise CheckpointError(f"{path / self.STATE} is not a training checkpoint")
         return state

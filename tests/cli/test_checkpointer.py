@@ -183,6 +183,40 @@ def test_training_state_round_trip_restores_weights_optimizer_counters_and_rng(t
     assert resume(None, other, other_optimizer, other_progress) == {}
 
 
+class _WritesAFile:
+    """Unpickling this runs ``Path.touch`` on the marker: what a crafted checkpoint could do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_checkpoint_holding_code_is_refused_and_nothing_runs(tmp_path):
+    checkpointer = Checkpointer(tmp_path / "ckpt")
+    marker = tmp_path / "written-by-unpickling"
+    path = checkpointer.save(3, _state(3) | {"payload": _WritesAFile(marker)})
+    with pytest.raises(CheckpointError) as error:
+        checkpointer.load()
+    message = str(error.value)
+    assert message.startswith(f"refusing to read {path / 'state.pt'}: it holds ")
+    assert "\n" not in message and not marker.exists()
+
+
+def test_a_checkpoint_with_the_older_numpy_random_state_still_loads(tmp_path):
+    # Checkpoints written before the numpy stream was saved as a tensor hold numpy's own tuple.
+    np = pytest.importorskip("numpy")
+    np.random.seed(11)
+    old = checkpoint_module.rng_state() | {"numpy": np.random.get_state()}
+    expected = np.random.rand(3)
+    checkpointer = Checkpointer(tmp_path)
+    checkpointer.save(1, {"counters": {}, "rng": old})
+    np.random.seed(0)
+    checkpoint_module.set_rng_state(checkpointer.load()["rng"])
+    assert np.array_equal(np.random.rand(3), expected)
+
+
 def test_min_seconds_spaces_the_periodic_saves_but_never_the_final_one(tmp_path, monkeypatch):
     clock = [100.0]
     monkeypatch.setattr("ac_extensions.runtime.checkpoint.time.monotonic", lambda: clock[0])

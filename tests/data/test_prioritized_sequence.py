@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import math
+import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -395,6 +397,18 @@ class TestStateDict:
         torch.testing.assert_close(
             other.priorities(rb.storage).priority, sampler.priorities(rb.storage).priority
         )
+
+    def test_loads_refuses_a_state_that_would_run_code(self, tmp_path):
+        marker = tmp_path / "written-by-unpickling"
+
+        class WritesAFile:
+            def __reduce__(self):
+                return (Path.touch, (marker,))
+
+        torch.save({"config": WritesAFile()}, tmp_path / "sampler_state.pt")
+        with pytest.raises(pickle.UnpicklingError, match="GLOBAL"):
+            PrioritizedSequenceSampler(30, 3, traj_key=TRAJ).loads(tmp_path)
+        assert not marker.exists()
 
     def test_mismatched_config_raises(self):
         state = PrioritizedSequenceSampler(30, 3).state_dict()
