@@ -39,8 +39,10 @@ def _escape(text: str) -> str:
     return "".join(parts)
 
 
-_SECTIONS = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Example|Examples|Attributes|"
-                       r"Note|Notes|Warning|See Also|Keyword Args)s?:\s*$")
+_SECTIONS = re.compile(
+    r"^(Args|Arguments|Returns|Yields|Raises|Example|Examples|Attributes|"
+    r"Note|Notes|Warning|See Also|Keyword Args)s?:\s*$"
+)
 
 
 def _literal_blocks(lines: list[str]) -> None:
