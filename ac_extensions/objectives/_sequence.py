@@ -205,7 +205,9 @@ class SequenceLossMixin:
         mask = self._valid_mask(tensordict)
         if mask is None:
             return super()._standardize_advantage(advantage, tensordict)
-        valid = advantage[mask.reshape(advantage.shape[:-1])]
+        steps = advantage.shape[:-1]  # [*B], or [*B, *E] with per-agent / per-token dims
+        extra = len(steps) - mask.dim()
+        valid = advantage[mask.reshape(*mask.shape, *([1] * extra)).expand(steps)]
         scale = valid.std().clamp_min(torch.finfo(torch.float).resolution)
         return (advantage - valid.mean()) / scale
 

@@ -177,6 +177,19 @@ def test_per_agent_log_probs_and_advantages(pair):
     assert out["explained_variance"].shape == ()
 
 
+def test_per_agent_advantages_are_standardised_over_the_valid_steps_only():
+    # A padded [B, T] batch with per-agent values: the padding changes nothing.
+    torch.manual_seed(0)
+    loss = SequencePPOLoss(tanh_actor(), critic_net(), normalize_advantage=True)
+    td = rollout(loss.actor_network, (2, 4), extra=(3,))
+    mask = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    td["collector", "mask"] = mask
+    padded = loss(td.clone())["loss_objective"]
+    valid = td[mask]  # the valid steps alone, flat [5]
+    valid = valid.exclude(("collector", "mask"))
+    torch.testing.assert_close(loss(valid)["loss_objective"], padded)
+
+
 def test_torchrl_defaults_and_explained_variance_flag():
     actor, critic = tanh_actor(), critic_net()
     ours, theirs = both(PAIRS[0], actor, critic)
