@@ -92,40 +92,34 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
         "net_arch": [],
         "normalize_images": False,
     }
-    if algo == "sb3_ppo":
+    if algo in ("sb3_ppo", "sb3_ppo_const"):
+        ppo = dict(
+            n_steps=128,
+            batch_size=256,
+            n_epochs=4,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            gamma=0.99,
+            gae_lambda=0.95,
+            max_grad_norm=0.5,
+        )
+        if algo == "sb3_ppo_const":
+            # Constant lr and clip, and SB3's default MlpPolicy heads (a 2x64 tanh MLP each for
+            # policy and value: net_arch left unset) on the shared torso.
+            heads = {k: v for k, v in policy.items() if k != "net_arch"}
+            return ppo | dict(
+                learning_rate=2.5e-4,
+                clip_range=0.1,
+                policy_kwargs=heads | {"share_features_extractor": True},
+            )
 
         def linear(value: float):
             return lambda remaining: remaining * value
 
-        return dict(
-            n_steps=128,
-            batch_size=256,
-            n_epochs=4,
+        return ppo | dict(
             learning_rate=linear(2.5e-4),
             clip_range=linear(0.1),
-            ent_coef=0.01,
-            vf_coef=0.5,
-            gamma=0.99,
-            gae_lambda=0.95,
-            max_grad_norm=0.5,
             policy_kwargs=policy | {"share_features_extractor": True},
-        )
-    if algo == "sb3_ppo_const":
-        # As sb3_ppo, but lr and clip constant, and SB3's default MlpPolicy heads (a 2x64 tanh
-        # MLP each for policy and value) on the shared torso.
-        return dict(
-            n_steps=128,
-            batch_size=256,
-            n_epochs=4,
-            learning_rate=2.5e-4,
-            clip_range=0.1,
-            ent_coef=0.01,
-            vf_coef=0.5,
-            gamma=0.99,
-            gae_lambda=0.95,
-            max_grad_norm=0.5,
-            policy_kwargs={k: v for k, v in policy.items() if k != "net_arch"}
-            | {"share_features_extractor": True},
         )
     if algo == "sb3_a2c":
         from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
