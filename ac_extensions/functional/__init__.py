@@ -16,7 +16,8 @@ Index:
   :func:`bias_correction_loss`, :func:`sampled_bias_correction_loss`; Reactor's
   :func:`beta_loo_policy_loss`.
 - :mod:`.trust_region`: :func:`trust_region_step`, :func:`trust_region_multiplier`,
-  :func:`trust_region_loss`, :func:`categorical_kl_gradient`, :func:`normal_kl_gradient`.
+  :func:`trust_region_loss`, :func:`categorical_kl_gradient`,
+  :func:`scaled_categorical_kl_gradient`, :func:`normal_kl_gradient`.
 - :mod:`.distributional`: :func:`categorical_projection`,
   :func:`distributional_retrace_targets`, :func:`total_variation`.
 - :mod:`.reactor`: Reactor's critic, :func:`reactor_critic_targets` (the distributional or
@@ -57,6 +58,7 @@ from ac_extensions.functional.reactor import reactor_critic_loss, reactor_critic
 from ac_extensions.functional.trust_region import (
     categorical_kl_gradient,
     normal_kl_gradient,
+    scaled_categorical_kl_gradient,
     trust_region_loss,
     trust_region_multiplier,
     trust_region_step,
@@ -80,6 +82,7 @@ __all__ = [
     "retrace_targets",
     "retrace_trace",
     "sampled_bias_correction_loss",
+    "scaled_categorical_kl_gradient",
     "sequence_priority",
     "standardize_advantage",
     "total_variation",

@@ -29,7 +29,7 @@ from ac_extensions.functional.policy_gradients import (
     truncated_is_policy_loss,
 )
 from ac_extensions.functional.trust_region import (
-    categorical_kl_gradient,
+    scaled_categorical_kl_gradient,
     trust_region_loss,
     trust_region_multiplier,
 )
@@ -180,11 +180,16 @@ def categorical_acer_losses(
     )
     q = action_value
     probs = logits.softmax(-1)  # φ_t = π(·|x_t)                                    [*B, T, A]
-    log_probs = probs.clamp_min(torch.finfo(probs.dtype).tiny).log()  # log φ: g = ∂J/∂φ
     pi_detached = probs.detach()
+    with torch.no_grad():
+        exact_log_probs = logits.log_softmax(-1)
+    # log φ as a function of φ (g = ∂J/∂φ needs it): log_softmax's value, derivative 1/φ floored
+    # at float's smallest normal number, so both stay finite where a softmax entry underflows.
+    tiny = torch.finfo(probs.dtype).tiny
+    log_probs = exact_log_probs + (probs - pi_detached) / pi_detached.clamp_min(tiny)
     value = (pi_detached * q).sum(-1, keepdim=True)  # V_t = Σ_a π(a) Q(a)          [*B, T, 1]
     chosen_q = q.gather(-1, action)  # Q(x_t, a_t)                                 [*B, T, 1]
-    ratios = (pi_detached.log() - behavior_log_probs).exp()  # ρ_t(a)              [*B, T, A]
+    ratios = (exact_log_probs - behavior_log_probs).exp()  # ρ_t(a)                [*B, T, A]
     ratio = ratios.gather(-1, action)  # ρ_t                                       [*B, T, 1]
     critic = 0.5 * (q_ret - chosen_q).pow(2)  # ½ (Q^ret − Q(x_t, a_t))²             [*B, T, 1]
 
@@ -197,19 +202,23 @@ def categorical_acer_losses(
     entropy = -(probs * log_probs).sum(-1, keepdim=True)  # H(π(·|x_t))              [*B, T, 1]
     objective = -policy_loss + entropy_coeff * entropy  # J_t                      [*B, T, 1]
 
-    # Efficient trust region, per sample (Eq. 11–12) on φ = probs.
+    # Efficient trust region, per sample (Eq. 11–12) on φ = probs. k = −π_avg/π is taken
+    # from log-probabilities, scaled by e^(−s), so that a probability that underflows to 0 in
+    # float32 leaves it finite (an entry of π at 0 gets no gradient through the softmax).
     with torch.no_grad():
-        average_probs = average_logits.softmax(-1)
-        average_log_probs = average_probs.clamp_min(1e-30).log()
+        average_log_probs = average_logits.log_softmax(-1)
+        average_probs = average_log_probs.exp()
+        kl_value = (average_probs * (average_log_probs - exact_log_probs)).sum(-1, keepdim=True)
     kl = (average_probs * (average_log_probs - log_probs)).sum(-1, keepdim=True)  # [*B, T, 1]
     if math.isinf(trust_region_delta):
         penalty = torch.zeros_like(kl)
         active = torch.zeros_like(kl)
     else:
         (g,) = torch.autograd.grad(objective.sum(), probs, retain_graph=True)  # ∂J_t/∂φ_t
-        k = categorical_kl_gradient(average_probs, probs)
-        penalty = trust_region_loss(kl, g, k, trust_region_delta)
-        active = (trust_region_multiplier(g, k, trust_region_delta) > 0).to(kl.dtype)
+        k, log_scale = scaled_categorical_kl_gradient(average_log_probs, exact_log_probs)
+        penalty = trust_region_loss(kl, g, k, trust_region_delta, log_scale)
+        lam = trust_region_multiplier(g, k, trust_region_delta, log_scale)
+        active = (lam > 0).to(kl.dtype)
 
     return {
         "loss_objective": masked_mean(policy_loss + penalty, mask),
@@ -219,6 +228,6 @@ def categorical_acer_losses(
         "ratio_mean": masked_mean(ratio, mask),
         "truncation_fraction": masked_mean((ratio > c).to(ratio.dtype), mask),
         "trust_region_active": masked_mean(active, mask),
-        "kl_average": masked_mean(kl.detach(), mask),
+        "kl_average": masked_mean(kl_value, mask),
         "q_ret_mean": masked_mean(q_ret, mask),
     }

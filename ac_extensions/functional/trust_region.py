@@ -31,6 +31,7 @@ from ac_extensions.functional._checks import check_floating, check_same_shape, c
 __all__ = [
     "categorical_kl_gradient",
     "normal_kl_gradient",
+    "scaled_categorical_kl_gradient",
     "trust_region_loss",
     "trust_region_multiplier",
     "trust_region_step",
@@ -50,17 +51,24 @@ def _check_gk(g: Tensor, k: Tensor) -> None:
         raise ValueError(f"g and k must have a trailing statistics dim [*, D], got shape {()}")
 
 
-def trust_region_multiplier(g: Tensor, k: Tensor, delta: float = 1.0) -> Tensor:
+def trust_region_multiplier(
+    g: Tensor, k: Tensor, delta: float = 1.0, log_scale: Tensor | None = None
+) -> Tensor:
     """The per-sample multiplier λ = max(0, (kᵀg − δ) / ‖k‖²) of ACER's trust region.
 
     Wang et al., 2017, arXiv:1611.01224v2, Eq. 12. Where ‖k‖ = 0 the constraint kᵀz ≤ δ cannot
     bind (δ >= 0), so λ = 0 there (no division by zero).
 
+    With ``log_scale`` = s, ``k`` holds k·e^(−s) (:func:`scaled_categorical_kl_gradient`), and λ
+    is computed for the unscaled k as e^(−s) · max(0, (k̃ᵀg − δe^(−s)) / ‖k̃‖²), which stays finite
+    where k itself would overflow (a probability below float's smallest normal number).
+
     Args:
         g: g_t = ∂J_t/∂φ_t, the per-sample gradient of the objective w.r.t. the policy
             statistics. Shape [*, D].
-        k: k_t = ∂KL(π_avg ‖ π)/∂φ_t. Shape [*, D].
+        k: k_t = ∂KL(π_avg ‖ π)/∂φ_t, or k_t·e^(−s_t) when ``log_scale`` is given. Shape [*, D].
         delta: δ >= 0, the trust-region radius (``inf`` disables the constraint).
+        log_scale: s_t, or ``None`` for an unscaled k. Shape [*, 1].
 
     Returns:
         λ_t, shape [*, 1], detached, >= 0.
@@ -75,10 +83,20 @@ def trust_region_multiplier(g: Tensor, k: Tensor, delta: float = 1.0) -> Tensor:
     g, k = g.detach(), k.detach()
     if math.isinf(delta):
         return torch.zeros_like(g[..., :1])
+    if log_scale is None:
+        inverse_scale = torch.ones_like(g[..., :1])
+    else:
+        check_floating(log_scale=log_scale)
+        if log_scale.shape != g[..., :1].shape:
+            raise ValueError(
+                f"log_scale must have shape [*, 1] = {tuple(g[..., :1].shape)}, "
+                f"got {tuple(log_scale.shape)}"
+            )
+        inverse_scale = (-log_scale.detach()).exp()  # e^(−s)                            [*, 1]
     k_dot_g = (k * g).sum(dim=-1, keepdim=True)  # kᵀg    [*, 1]
     k_norm2 = (k * k).sum(dim=-1, keepdim=True)  # ‖k‖²   [*, 1]
     safe_norm2 = torch.where(k_norm2 > 0, k_norm2, torch.ones_like(k_norm2))
-    lam = ((k_dot_g - delta) / safe_norm2).clamp(min=0.0)
+    lam = ((k_dot_g - delta * inverse_scale) / safe_norm2).clamp(min=0.0) * inverse_scale
     return torch.where(k_norm2 > 0, lam, torch.zeros_like(lam))
 
 
@@ -106,7 +124,9 @@ def trust_region_step(g: Tensor, k: Tensor, delta: float = 1.0) -> Tensor:
     return g.detach() - lam * k.detach()
 
 
-def trust_region_loss(kl: Tensor, g: Tensor, k: Tensor, delta: float = 1.0) -> Tensor:
+def trust_region_loss(
+    kl: Tensor, g: Tensor, k: Tensor, delta: float = 1.0, log_scale: Tensor | None = None
+) -> Tensor:
     """Surrogate penalty sg(λ_t) · KL_t whose gradient applies ACER's trust region.
 
     Adding this to the per-sample policy loss −J_t gives the gradient −g_t + λ_t k_t = −z*_t
@@ -117,8 +137,10 @@ def trust_region_loss(kl: Tensor, g: Tensor, k: Tensor, delta: float = 1.0) -> T
     Args:
         kl: KL(π_avg(·|x_t) ‖ π(·|x_t)) per sample, differentiable in φ_t. Shape [*, 1].
         g: per-sample objective gradient w.r.t. φ. Shape [*, D].
-        k: per-sample gradient of ``kl`` w.r.t. φ. Shape [*, D].
+        k: per-sample gradient of ``kl`` w.r.t. φ (scaled by e^(−s) when ``log_scale`` is
+            given). Shape [*, D].
         delta: δ >= 0.
+        log_scale: s_t (see :func:`trust_region_multiplier`), or ``None``. Shape [*, 1].
 
     Returns:
         λ_t · KL_t, shape [*, 1] (sum or average it with the same weights as the policy loss).
@@ -130,7 +152,7 @@ def trust_region_loss(kl: Tensor, g: Tensor, k: Tensor, delta: float = 1.0) -> T
         tensor([0.3000])
     """
     check_tensor("kl", kl)
-    lam = trust_region_multiplier(g, k, delta)
+    lam = trust_region_multiplier(g, k, delta, log_scale)
     if kl.shape != lam.shape:
         raise ValueError(
             f"kl must have shape [*, 1] = {tuple(lam.shape)} (one KL per sample of g), "
@@ -148,6 +170,9 @@ def categorical_kl_gradient(average_probs: Tensor, probs: Tensor) -> Tensor:
     π_avg = π, k = −𝟙, which back-propagation through a softmax annihilates: the trust region
     then leaves the parameter gradient unchanged.
 
+    Where π(a) underflows to 0 (a probability below float's smallest normal number), k is
+    infinite or NaN: use :func:`scaled_categorical_kl_gradient` there.
+
     Args:
         average_probs: π_avg(·|x) from the average policy network. Shape [*, A].
         probs: π(·|x) from the current policy, > 0. Shape [*, A].
@@ -163,6 +188,39 @@ def categorical_kl_gradient(average_probs: Tensor, probs: Tensor) -> Tensor:
     check_same_shape(average_probs=average_probs, probs=probs)
     check_floating(average_probs=average_probs, probs=probs)
     return -average_probs.detach() / probs.detach()
+
+
+def scaled_categorical_kl_gradient(
+    average_log_probs: Tensor, log_probs: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The direction k = −π_avg/π from log-probabilities, as (k·e^(−s), s), finite on underflow.
+
+    With r(a) = log π_avg(a) − log π(a) and s = max_a r(a), returns k̃ = −e^(r − s) (entries in
+    [−1, 0), the largest exactly −1) and s. Since both distributions sum to 1, s ≥ 0 (up to
+    rounding), so e^(−s) ≤ 1 never overflows; pass s as ``log_scale`` to
+    :func:`trust_region_multiplier` / :func:`trust_region_loss`. Same k as
+    :func:`categorical_kl_gradient` (Wang et al., 2017, arXiv:1611.01224v2, §3.3), but from
+    ``log_softmax`` outputs, which stay finite when a softmax entry is 0 in float32.
+
+    Args:
+        average_log_probs: log π_avg(·|x). Shape [*, A].
+        log_probs: log π(·|x), finite. Shape [*, A].
+
+    Returns:
+        (k̃, s): k̃ shape [*, A], s shape [*, 1], both detached.
+
+    Example:
+        >>> import torch
+        >>> k, s = scaled_categorical_kl_gradient(torch.tensor([0.5, 0.5]).log(),
+        ...                                       torch.tensor([0.25, 0.75]).log())
+        >>> k * s.exp()
+        tensor([-2.0000, -0.6667])
+    """
+    check_same_shape(average_log_probs=average_log_probs, log_probs=log_probs)
+    check_floating(average_log_probs=average_log_probs, log_probs=log_probs)
+    log_ratio = average_log_probs.detach() - log_probs.detach()  # log |k(a)|             [*, A]
+    log_scale = log_ratio.amax(dim=-1, keepdim=True)  # s                                 [*, 1]
+    return -(log_ratio - log_scale).exp(), log_scale
 
 
 def normal_kl_gradient(

@@ -8,6 +8,7 @@ import torch
 from ac_extensions.functional import (
     categorical_kl_gradient,
     normal_kl_gradient,
+    scaled_categorical_kl_gradient,
     trust_region_loss,
     trust_region_multiplier,
     trust_region_step,
@@ -165,3 +166,69 @@ class TestKLGradients:
     def test_categorical_kl_gradient_shape_mismatch(self):
         with pytest.raises(ValueError, match="probs"):
             categorical_kl_gradient(torch.ones(2, 3), torch.ones(2, 4))
+
+
+class TestScaledKLGradient:
+    def test_equals_the_unscaled_direction_and_multiplier(self):
+        gen = torch.Generator().manual_seed(3)
+        avg = torch.randn(50, 5, generator=gen, dtype=torch.float64).log_softmax(-1)
+        cur = (torch.randn(50, 5, generator=gen, dtype=torch.float64) * 2).log_softmax(-1)
+        g = torch.randn(50, 5, generator=gen, dtype=torch.float64)
+        k_scaled, log_scale = scaled_categorical_kl_gradient(avg, cur)
+        k = categorical_kl_gradient(avg.exp(), cur.exp())
+        torch.testing.assert_close(k_scaled * log_scale.exp(), k)
+        assert bool((log_scale >= -1e-12).all())  # s ≥ 0: e^(−s) cannot overflow
+        for delta in (0.0, 0.1, 1.0):
+            torch.testing.assert_close(
+                trust_region_multiplier(g, k_scaled, delta, log_scale),
+                trust_region_multiplier(g, k, delta),
+            )
+
+    def test_log_scale_shape_is_checked(self):
+        with pytest.raises(ValueError, match=r"log_scale must have shape \[\*, 1\]"):
+            trust_region_multiplier(torch.ones(3, 2), torch.ones(3, 2), 1.0, torch.zeros(3))
+
+
+def _acer_logit_gradient(logits, average_logits, dtype, delta):
+    # One step, three actions, action 0 taken under a uniform behaviour policy.
+    from ac_extensions.functional import categorical_acer_losses
+
+    logits = logits.to(dtype).clone().requires_grad_(True)
+    out = categorical_acer_losses(
+        logits,
+        torch.tensor([[[1.0, 3.0, -2.0]]], dtype=dtype),
+        average_logits.to(dtype),
+        torch.full((1, 1, 1), 2.0, dtype=dtype),
+        torch.zeros(1, 1, 1, dtype=torch.long),
+        torch.full((1, 1, 3), 1 / 3, dtype=dtype).log(),
+        trust_region_delta=delta,
+    )
+    (out["loss_objective"] + out["loss_entropy"]).backward()
+    return logits.grad, float(out["trust_region_active"])
+
+
+class TestUnderflowingProbabilities:
+    """A softmax entry below float32's smallest normal number (e^-200 ≈ 1e-87 is 0 in float32,
+    not in float64): the float32 loss must follow the float64 one."""
+
+    logits = torch.tensor([[[0.0, 0.5, -200.0]]])
+
+    def test_only_the_current_policy_underflows(self):
+        average = torch.zeros(1, 1, 3)
+        grad32, active32 = _acer_logit_gradient(self.logits, average, torch.float32, 0.01)
+        grad64, active64 = _acer_logit_gradient(self.logits, average, torch.float64, 0.01)
+        assert bool(torch.isfinite(grad32).all())  # was NaN: k = −π_avg/0
+        assert active32 == active64
+        torch.testing.assert_close(grad32.double(), grad64, rtol=1e-5, atol=1e-7)
+
+    @pytest.mark.parametrize("delta", [0.01, 0.1])
+    def test_both_policies_underflow(self, delta):
+        # The trust region binds in float64; in float32 k(a) = −0/0 switched it off silently
+        # (a gradient ~7× too large here).
+        average = torch.tensor([[[4.0, 0.0, -199.0]]])
+        grad32, active32 = _acer_logit_gradient(self.logits, average, torch.float32, delta)
+        grad64, active64 = _acer_logit_gradient(self.logits, average, torch.float64, delta)
+        free64, _ = _acer_logit_gradient(self.logits, average, torch.float64, math.inf)
+        assert active64 == 1.0 and active32 == 1.0
+        assert float((free64 - grad64).abs().max()) > 0.1  # the constraint matters here
+        torch.testing.assert_close(grad32.double(), grad64, rtol=0.01, atol=1e-6)
