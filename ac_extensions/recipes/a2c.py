@@ -38,6 +38,7 @@ from ac_extensions.runtime.config import OnPolicyConfig
 from ac_extensions.runtime.envs import require_action_space
 from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.on_policy import (
+    clip_rewards,
     compute_advantages,
     evaluate,
     make_env,
@@ -158,7 +159,8 @@ def train(
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
-            if learn:  # normalisation, optional reward shaping (logged returns stay the env's)
+            if learn:  # reward clip, normalisation, reward shaping (logged returns: the env's)
+                clip_rewards(batch, config)
                 normalizers(batch)
                 reshape_rewards(batch, config)
             lr = config.lr * ((1.0 - iteration / num_batches) if config.anneal_lr else 1.0)

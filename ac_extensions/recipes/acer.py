@@ -205,8 +205,9 @@ class ACERConfig(RunConfig):
     """Factor on the rewards the learner sees (fresh batch and replay); the logged returns stay
     the environment's. Keeps Q^ret and the critic's squared error in a range where the
     gradient-norm clip does not swallow the update (Pendulum-v1's rewards lie in [−16.3, 0]).
-    Not in the paper, whose Atari rewards are clipped to [−1, 1] (Wang et al., 2017,
-    arXiv:1611.01224v2, §6 after Mnih et al., 2015)."""
+    Applies after ``reward_clip``. Not in the paper, whose Atari rewards are clipped to [−1, 1]
+    instead (Atari's ``reward_clip``; Wang et al., 2017, arXiv:1611.01224v2, §6 after Mnih et
+    al., 2015)."""
     num_samples: int = 5
     """Continuous actions only: n, the stochastic dueling network's samples u_i ∼ π(·|x) in
     Q̃(x, a) = V(x) + A(x, a) − (1/n) Σ_i A(x, u_i) (Wang et al., 2017, arXiv:1611.01224v2,
@@ -458,7 +459,9 @@ def train(
         close_replay(replay)
         return
     # With the Ray backend the collector actors label and store each batch themselves.
-    feed = ReplayFeed(replay, keys, SEQUENCE_KEY, config.reward_scale, sequences, True)
+    feed = ReplayFeed(
+        replay, keys, SEQUENCE_KEY, config.reward_scale, sequences, True, config.reward_clip
+    )
 
     def update(batch) -> dict[str, float]:
         batch = batch.to(config.device)  # collected and replayed on the CPU
@@ -487,7 +490,13 @@ def train(
             learn = guard.batch_ok(batch)
             if learn:  # the replay keeps raw observations; the statistics then merge them
                 batch = store_sequences(
-                    replay, batch, keys, sequences, config.reward_scale, config.backend
+                    replay,
+                    batch,
+                    keys,
+                    sequences,
+                    config.reward_scale,
+                    config.backend,
+                    reward_clip=config.reward_clip,
                 )
                 if normalizer is not None:
                     normalizer.update(batch["observation"])

@@ -39,6 +39,7 @@ from ac_extensions.runtime.config import OnPolicyConfig
 from ac_extensions.runtime.envs import require_action_space
 from ac_extensions.runtime.loop import Run, seed_run
 from ac_extensions.runtime.on_policy import (
+    clip_rewards,
     compute_advantages,
     evaluate,
     make_env,
@@ -213,7 +214,8 @@ def train(  # noqa: C901 (one loop, read top to bottom)
             returns, versions = finished_returns(batch), collector_metrics(batch)
             learn = guard.batch_ok(batch)  # NaN/inf observation or reward: dropped (warned)
             update_start = time.perf_counter()
-            if learn:  # normalisation, optional reward shaping (logged returns stay the env's)
+            if learn:  # reward clip, normalisation, reward shaping (logged returns: the env's)
+                clip_rewards(batch, config)
                 normalizers(batch)
                 reshape_rewards(batch, config)
 

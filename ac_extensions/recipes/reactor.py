@@ -220,8 +220,8 @@ class ReactorConfig(RunConfig):
     measured ~40 ms with one thread against 100 ms–1 s with two (oversubscription)."""
     reward_scale: float = 0.1
     """Factor on the rewards the learner sees (so the discounted returns fit the support);
-    the logged returns stay the environment's. Not in the paper, whose Atari rewards are
-    clipped to [−1, 1]."""
+    the logged returns stay the environment's, and it applies after ``reward_clip``. Not in
+    the paper, whose Atari rewards are clipped to [−1, 1] instead (Atari's ``reward_clip``)."""
 
     PAPER: ClassVar[Mapping[str, Any]] = {
         "priority_eta": 0.0,
@@ -539,7 +539,14 @@ def train(
         close_replay(replay)
         return
     # With the Ray backend the collector actors label and store each batch themselves.
-    feed = ReplayFeed(replay, tuple(keys), SEQUENCE_KEY, config.reward_scale, sequences)
+    feed = ReplayFeed(
+        replay,
+        tuple(keys),
+        SEQUENCE_KEY,
+        config.reward_scale,
+        sequences,
+        reward_clip=config.reward_clip,
+    )
     reduce = {"priority_max": max, "weight_min": min}
     with run.collector(partial(make_env, config, actor), actor, feed=feed) as collector:
         for iteration, batch in run.batches(collector):  # [W·E, T]
@@ -548,7 +555,14 @@ def train(
             # stored, and its frames owe no learner steps.
             learn = guard.batch_ok(batch)
             if learn and config.backend == "local":  # Ray: the collector actors stored it
-                store_sequences(replay, batch, keys, sequences, config.reward_scale)
+                store_sequences(
+                    replay,
+                    batch,
+                    keys,
+                    sequences,
+                    config.reward_scale,
+                    reward_clip=config.reward_clip,
+                )
             sequences += batch.shape[0]  # a dropped batch's rows use their ids too
             logs: dict[str, list[float]] = {}
             if learn and len(replay) >= config.replay_start:

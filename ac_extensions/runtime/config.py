@@ -81,6 +81,11 @@ class RunConfig:
     optimiser step), a batch with a NaN/inf observation or reward is dropped (no learning, not
     stored); each warns and counts in ``train/skipped_updates`` / ``train/skipped_batches``.
     This many in a row stop the run (``NonFiniteError``, no checkpoint written for it)."""
+    reward_clip: float | None = None
+    """Rewards the learner sees are clipped to [−reward_clip, reward_clip] (before any scaling
+    or normalisation); the logged episode returns stay the game's. ``None``: not clipped. Atari
+    defaults to 1, DQN's preprocessing that the PPO, ACER and Reactor papers share (Mnih et
+    al., 2015, Nature 518, "Methods")."""
     async_collection: bool = False
     """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``): each batch is
     then one worker's E·T frames, in the order the workers finish, and the workers start their
@@ -92,17 +97,17 @@ class RunConfig:
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "minatar": {"frames": 5_000_000, "gamma": 0.99},
-        "atari": {"frames": 10_000_000, "gamma": 0.99},
+        "atari": {"frames": 10_000_000, "gamma": 0.99, "reward_clip": 1.0},
         "mujoco": {"frames": 1_000_000, "gamma": 0.99},
     }
     """Field values per env family that replace the class defaults (see :meth:`for_env`).
 
     Shared by every recipe: MinAtar, the paper's 5M frames per run and γ = 0.99 (Young & Tian,
     2019, arXiv:1903.03176, §4; kenjyoung/MinAtar ``examples/dqn.py`` and ``AC_lambda.py``:
-    ``NUM_FRAMES``, ``GAMMA``); Atari, γ = 0.99 (Mnih et al., 2015) and 10M agent steps
-    (40M emulator frames at frame skip 4, the PPO paper's budget, Schulman et al., 2017,
-    arXiv:1707.06347, §6.2); MuJoCo, 1M steps and γ 0.99 (the budget of SB3's zoo and
-    CleanRL benchmarks on these tasks). Not measured here."""
+    ``NUM_FRAMES``, ``GAMMA``); Atari, γ = 0.99 and rewards clipped to [−1, 1] (Mnih et al.,
+    2015) and 10M agent steps (40M emulator frames at frame skip 4, the PPO paper's budget,
+    Schulman et al., 2017, arXiv:1707.06347, §6.2); MuJoCo, 1M steps and γ 0.99 (the budget
+    of SB3's zoo and CleanRL benchmarks on these tasks). Not measured here."""
 
     @classmethod
     def family_defaults(cls, env_id: str) -> dict[str, Any]:
@@ -181,6 +186,10 @@ class RunConfig:
                 f"backend 'ray' runs the learner on CPU (its actors act on CPU and receive "
                 f"CPU weights), got device {self.device!r}"
             )
+        if self.reward_clip is not None and not (
+            self.reward_clip > 0 and math.isfinite(self.reward_clip)
+        ):
+            raise ValueError(f"reward_clip must be None or finite and > 0, got {self.reward_clip}")
         if self.async_collection and self.backend != "local":
             raise ValueError(f"async_collection needs backend 'local', got {self.backend!r}")
 

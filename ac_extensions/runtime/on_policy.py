@@ -3,6 +3,7 @@
 * :func:`make_env`: the env one worker steps (E copies, plus the recurrent primers).
 * :func:`make_networks`: actor and critic for the env's specs (categorical or Gaussian).
 * :class:`BatchNormalizers`: optional observation and reward normalisation.
+* :func:`clip_rewards`: the optional reward clip (Atari's default).
 * :func:`reshape_rewards`: the optional reward-shaping hook.
 * :func:`compute_advantages`: GAE once per batch with the pre-update critic.
 * :func:`minibatches`: shuffled minibatches of steps, or of whole sequences
@@ -171,6 +172,17 @@ class BatchNormalizers:
             self.observations.load_state_dict(counters["observation_norm"])
         if self.rewards is not None and "reward_norm" in counters:
             self.rewards.load_state_dict(counters["reward_norm"])
+
+
+def clip_rewards(batch: TensorDictBase, config: OnPolicyConfig) -> None:
+    """Clip ``("next", "reward")`` of ``batch`` ``[B, T]`` to ±``config.reward_clip`` in place.
+
+    A no-op when ``reward_clip`` is ``None``. The returns logged from
+    ``("next", "episode_reward")`` stay the env's.
+    """
+    if config.reward_clip is not None:
+        reward = batch.get(("next", "reward"))
+        batch.set(("next", "reward"), reward.clamp(-config.reward_clip, config.reward_clip))
 
 
 def reshape_rewards(batch: TensorDictBase, config: OnPolicyConfig) -> None:

@@ -152,11 +152,11 @@ class ReplayFeeder:
 
     Runs inside the actor on each rollout ``[E, T]`` (after TorchRL's ``Collector`` has
     counted its frames): :func:`~ac_extensions.runtime.sequences.label_sequences` keeps
-    ``feed.keys``, scales the rewards and gives row r of this actor's b-th batch the sequence
-    id ``feed.first_sequence + (b · num_collectors + index) · E + r`` (unique across actors,
-    so a replayed sequence never spans two rows); the flat steps ``[E · T]`` go to the replay
-    in one ``extend``. Returns :data:`META_KEYS` (and, with ``feed.return_stored``, the stored
-    rows too), shape ``[E, T]``.
+    ``feed.keys``, clips and scales the rewards and gives row r of this actor's b-th batch the
+    sequence id ``feed.first_sequence + (b · num_collectors + index) · E + r`` (unique across
+    actors, so a replayed sequence never spans two rows); the flat steps ``[E · T]`` go to the
+    replay in one ``extend``. Returns :data:`META_KEYS` (and, with ``feed.return_stored``, the
+    stored rows too), shape ``[E, T]``.
 
     Args:
         client: a ``RayReplayBuffer.client()`` (picklable, no shutdown rights).
@@ -170,6 +170,7 @@ class ReplayFeeder:
         self.keys = tuple(feed.keys)
         self.sequence_key = feed.sequence_key
         self.reward_scale = feed.reward_scale
+        self.reward_clip = feed.reward_clip
         self.first_sequence = feed.first_sequence
         self.return_stored = feed.return_stored
         self.index = index
@@ -181,7 +182,14 @@ class ReplayFeeder:
         rows = batch.shape[0]
         first = self.first_sequence + (self.batches * self.num_collectors + self.index) * rows
         self.batches += 1
-        stored = label_sequences(batch, self.keys, first, self.reward_scale, self.sequence_key)
+        stored = label_sequences(
+            batch,
+            self.keys,
+            first,
+            self.reward_scale,
+            self.sequence_key,
+            reward_clip=self.reward_clip,
+        )
         finite = all_finite(batch)
         if finite:  # else the learner's NonFiniteGuard drops it (warned, counted)
             self.client.extend(stored.reshape(-1).cpu())

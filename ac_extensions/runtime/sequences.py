@@ -1,4 +1,4 @@
-"""Collected rows as a replay stores them: the keys kept, scaled rewards, sequence ids."""
+"""Collected rows as a replay stores them: the keys kept, rewards clipped and scaled, row ids."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ class ReplayFeed:
     return_stored: bool = False
     """Collectors return the stored rows too (ACER's on-policy update trains on them), not only
     the episode returns and policy versions."""
+    reward_clip: float | None = None
+    """Bound c of the clip of ``("next", "reward")`` to [−c, c] before scaling (``None``: none)."""
 
 
 def label_sequences(
@@ -43,6 +45,8 @@ def label_sequences(
     first_sequence: int,
     reward_scale: float = 1.0,
     sequence_key: NestedKey = ("replay", "sequence"),
+    *,
+    reward_clip: float | None = None,
 ) -> TensorDictBase:
     """Rows ``[*R, T]`` as a replay stores them: ``keys`` only, scaled rewards, sequence ids.
 
@@ -52,8 +56,9 @@ def label_sequences(
     ``sequence_key``: give the same key to the sampler (``SliceSampler(traj_key=...)`` or
     :class:`~ac_extensions.data.PrioritizedSequenceSampler`'s ``traj_key``) so that a replayed
     window never spans two rows (episode ends inside a row are the loss's business: ``done``
-    cuts the traces). ``("next", "reward")`` is multiplied by ``reward_scale`` (on a copy of
-    the selection; the caller's batch is untouched).
+    cuts the traces). ``("next", "reward")`` is clipped to [−``reward_clip``, ``reward_clip``]
+    and then multiplied by ``reward_scale`` (on a copy of the selection; the caller's batch,
+    and its ``episode_reward``, are untouched).
 
     Args:
         batch: collected rows, shape [*R, T] (time last).
@@ -61,6 +66,7 @@ def label_sequences(
         first_sequence: the first row's id; the next batch starts at ``first_sequence + R``.
         reward_scale: factor on ``("next", "reward")``.
         sequence_key: where each row's id goes.
+        reward_clip: the bound of the reward clip, or ``None`` (no clip).
 
     Returns:
         A new TensorDict ``[R, T]``; flatten it with ``.reshape(-1)`` for ``rb.extend``.
@@ -77,6 +83,8 @@ def label_sequences(
         batch = batch.reshape(-1, batch.shape[-1])
     batch = batch.select(*keys) if keys is not None else batch.clone(recurse=False)
     reward = batch.get(("next", "reward"))
+    if reward_clip is not None:
+        reward = reward.clamp(-reward_clip, reward_clip)
     batch.set(("next", "reward"), reward * reward_scale)
     rows, steps = batch.shape
     ids = torch.arange(first_sequence, first_sequence + rows).unsqueeze(-1).expand(rows, steps)
@@ -90,12 +98,14 @@ def store_sequences(
     first_sequence: int,
     reward_scale: float = 1.0,
     backend: str = "local",
+    *,
+    reward_clip: float | None = None,
 ) -> TensorDictBase:
     """Store a fresh batch ``[R, T]`` as ACER's and Reactor's recipes do; the rows stored.
 
     The local backend labels the rows (:func:`label_sequences`: ``keys``, rewards times
-    ``reward_scale``, ids from ``first_sequence`` under :data:`SEQUENCE_KEY`) and extends
-    ``replay`` with them. With another backend the collector actors did that already
+    ``reward_scale`` after the clip, ids from ``first_sequence`` under :data:`SEQUENCE_KEY`)
+    and extends ``replay`` with them. With another backend the collector actors did that already
     (:class:`ReplayFeed`), and only ``keys`` and the ids are selected from ``batch``.
 
     Args:
@@ -105,12 +115,15 @@ def store_sequences(
         first_sequence: the first row's sequence id.
         reward_scale: factor on ``("next", "reward")``.
         backend: the run's backend (``"local"`` or ``"ray"``).
+        reward_clip: the bound of the reward clip before scaling, or ``None``.
 
     Returns:
         The rows as stored, ``[R, T]`` (R is how many sequence ids they used).
     """
     if backend != "local":  # labelled, scaled and stored by the collector actors
         return batch.select(*keys, SEQUENCE_KEY)
-    rows = label_sequences(batch, keys, first_sequence, reward_scale, SEQUENCE_KEY)
+    rows = label_sequences(
+        batch, keys, first_sequence, reward_scale, SEQUENCE_KEY, reward_clip=reward_clip
+    )
     replay.extend(rows.reshape(-1).cpu())
     return rows
