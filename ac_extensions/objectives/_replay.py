@@ -191,6 +191,69 @@ def next_step_outputs(
     return assemble_next(current, evaluate(nxt[fresh]), fresh)
 
 
+def unrolled_next_outputs(
+    nxt: TensorDictBase,
+    current: Sequence[Tensor],
+    passes: Sequence[TensorDictBase],
+    evaluate: Callable[[Sequence[TensorDictBase]], Sequence[Tensor]],
+    recurrent_keys: Iterable[NestedKey],
+    done_key: NestedKey,
+) -> tuple[Tensor, ...]:
+    """Recurrent network outputs at x_{t+1} from the pass over the window, [*B, T, ...] each.
+
+    Where the episode goes on, x_{t+1} is row t + 1, whose outputs the pass already holds
+    (``current`` shifted by one step). At every done step and at the window's last step,
+    x_{t+1} is ``("next", ...)`` (a truncated episode's final observation, or x_T): the
+    networks run one step on it from the state the pass reached after step t, which TorchRL's
+    recurrent modules write under ``("next", state)`` at the last step of each episode inside
+    the window (they split the window at ``is_init``). So burn-in and weight changes refresh
+    the bootstrap states as well as the predictions, and no state stored at collection under
+    ``("next", ...)`` is read.
+
+    Args:
+        nxt: ``tensordict.get("next")``, batch [*B, T].
+        current: the outputs at x_t, each [*B, T, ...].
+        passes: the passes over the window (recurrent mode) whose reached states feed the
+            step, each holding ``("next", key)`` for some of ``recurrent_keys``.
+        evaluate: one step TensorDict per pass (the inputs at x_{t+1} with that pass's
+            states) → the outputs, in ``current``'s order (run in sequential mode).
+        recurrent_keys: the hidden-state keys of the networks (``is_init`` is set False: the
+            step continues the episode).
+        done_key: the done flag inside ``nxt``, shape [*B, T, 1].
+
+    Returns:
+        The outputs at x_{t+1}, shapes as ``current``, detached.
+    """
+    batch = nxt.batch_size
+    time_dim = len(batch) - 1
+    ends = nxt.get(done_key).reshape(batch).clone()  # [*B, T]
+    ends[..., -1] = True
+    out = []
+    for value in current:  # row t + 1's outputs at step t; the ends are filled below
+        value = value.detach()
+        steps = value.shape[time_dim]
+        head, tail = value.narrow(time_dim, 1, steps - 1), value.narrow(time_dim, steps - 1, 1)
+        out.append(torch.cat([head, tail], time_dim))
+    inputs = nxt[ends]  # [n]
+    continuing = torch.zeros(*inputs.batch_size, 1, dtype=torch.bool, device=inputs.device)
+    step_inputs = []
+    for pass_out in passes:
+        step = inputs.clone(recurse=False)
+        for key in recurrent_keys:
+            if key == "is_init":
+                step.set(key, continuing)
+                continue
+            reached = pass_out.get(("next", key), None)
+            if reached is not None:
+                step.set(key, reached[ends])
+        step_inputs.append(step)
+    with torch.no_grad(), set_recurrent_mode(False):
+        computed = evaluate(step_inputs)
+    for value, fresh in zip(out, computed, strict=True):
+        value[ends] = fresh.detach().to(value.dtype)
+    return tuple(out)
+
+
 SEQUENCE_ID_KEYS: tuple[NestedKey, ...] = (("replay", "sequence"),)
 """Per-row sequence ids (``ac_extensions.runtime.label_sequences``, the recipes' slice-sampler
 key): a [T] input holding several is a flat sample of several sequences, not one sequence.

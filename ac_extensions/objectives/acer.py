@@ -18,10 +18,10 @@ from ac_extensions.objectives._replay import (
     assemble_next,
     check_sequence_batch,
     joint_inputs,
-    next_step_outputs,
     next_step_plan,
     run_under,
     split_joint,
+    unrolled_next_outputs,
 )
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
@@ -66,8 +66,9 @@ class ACERLoss(ReplayedSequenceLoss):
     that writes ``action_value`` beside ``logits`` in the same pass (the policy-plus-Q head
     with a shared torso, :func:`~ac_extensions.modules.make_acer_actor`). Recurrent networks
     (``LSTMModule`` / ``GRUModule`` inside) run over the whole ``[B, T]`` sequence from the
-    hidden state stored at its first step; the values of the next states are computed step by
-    step from the hidden states stored under ``("next", ...)`` at collection.
+    hidden state stored at its first step; the outputs at the next states come from that pass
+    (row t + 1's where the episode goes on, one more step from the state the pass reached at
+    episode ends and at the window's end), never from states stored under ``("next", ...)``.
 
     Args:
         actor_network: module writing the policy logits (``logits``) from the observation; a
@@ -170,7 +171,7 @@ class ACERLoss(ReplayedSequenceLoss):
             *dict.fromkeys(net_keys),
             keys.action,
             keys.behavior_logits,
-            *(("next", k) for k in dict.fromkeys(net_keys)),
+            *(("next", k) for k in dict.fromkeys(net_keys) if k not in self._recurrent_keys),
             ("next", keys.reward),
             ("next", keys.done),
             ("next", keys.terminated),
@@ -265,20 +266,21 @@ class ACERLoss(ReplayedSequenceLoss):
         self, tensordict: TensorDictBase, batch: torch.Size | None = None
     ) -> tuple[Tensor, Tensor]:
         """Current logits and Q(x, ·), [*B, T, A] each (``batch``: the shape errors name)."""
-        logits, q = self._actor_outputs(tensordict, self.actor_network_params)
-        if self._shared_head:
-            if q is None:
-                raise KeyError(
-                    f"{type(self).__name__}: qvalue_network is None but the actor wrote no "
-                    f"{self.tensor_keys.action_value!r} (expected shape "
-                    f"{[*tensordict.batch_size, logits.shape[-1]]})"
-                )
-            return logits, q
-        q = run_under(self.qvalue_network, tensordict, self.qvalue_network_params).get(
-            self.tensor_keys.action_value
-        )
+        batch = tensordict.batch_size if batch is None else batch
+        return self._policy_and_q_from(self._run_networks(tensordict), batch)
+
+    def _policy_and_q_from(self, out: TensorDictBase, batch: torch.Size) -> tuple[Tensor, Tensor]:
+        """Logits and Q(x, ·) from what the current networks wrote (:meth:`_run_networks`)."""
+        logits = out.get(self.tensor_keys.logits)
+        q = out.get(self.tensor_keys.action_value, None)
+        if q is None:
+            raise KeyError(
+                f"{type(self).__name__}: qvalue_network is None but the actor wrote no "
+                f"{self.tensor_keys.action_value!r} (expected shape "
+                f"{[*batch, logits.shape[-1]]})"
+            )
         if q.shape != logits.shape:
-            self._mismatched_actions(logits, q, tensordict.batch_size if batch is None else batch)
+            self._mismatched_actions(logits, q, batch)
         return logits, q
 
     def _mismatched_actions(self, logits: Tensor, q: Tensor, batch: torch.Size) -> None:
@@ -354,8 +356,9 @@ class ACERLoss(ReplayedSequenceLoss):
         nxt = tensordict.get("next")
         in_keys = [*self.actor_network.in_keys, *self._qvalue_in_keys()]
         batch = tensordict.batch_size
-        if self._recurrent:
-            logits, q = self._policy_and_q(tensordict)  # π logits, Q(x_t, ·) [*B, T, A] each
+        if self._recurrent:  # one pass over the window; its reached states feed x_{t+1}
+            window = self._run_networks(tensordict)
+            logits, q = self._policy_and_q_from(window, batch)  # [*B, T, A] each
         else:
             fresh = next_step_plan(tensordict, nxt, in_keys, keys.done)
             joint = joint_inputs(tensordict, nxt, fresh, in_keys)
@@ -367,8 +370,13 @@ class ACERLoss(ReplayedSequenceLoss):
         with torch.no_grad():
             average_logits, _ = self._actor_outputs(tensordict, self.target_actor_network_params)
             if self._recurrent:
-                next_logits, next_q = next_step_outputs(
-                    tensordict, nxt, (logits, q), self._policy_and_q, in_keys, keys.done, True
+                next_logits, next_q = unrolled_next_outputs(
+                    nxt,
+                    (logits, q),
+                    (window,),
+                    lambda steps: self._policy_and_q(steps[0]),
+                    self._recurrent_keys,
+                    keys.done,
                 )
             else:
                 next_logits, next_q = assemble_next((logits, q), (fresh_logits, fresh_q), fresh)

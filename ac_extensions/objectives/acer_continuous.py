@@ -19,7 +19,7 @@ from ac_extensions.objectives._replay import (
     PreparedSequences,
     ReplayedSequenceLoss,
     check_sequence_batch,
-    next_step_outputs,
+    unrolled_next_outputs,
 )
 from ac_extensions.objectives._sequence import valid_mask
 
@@ -108,15 +108,16 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
     **Recurrent networks** (a TorchRL ``LSTMModule`` / ``GRUModule`` inside the actor or the
     critic, e.g. :func:`~ac_extensions.modules.make_continuous_actor_critic` with
     ``recurrent="lstm"``): the input also holds the hidden states stored at collection (the
-    networks' own keys, e.g. ``actor_recurrent_state_h``, each [*B, T, *H]), ``is_init`` and,
-    under ``("next", ...)``, the critic's next hidden states and ``is_init``. The networks run in
+    networks' own keys, e.g. ``actor_recurrent_state_h``, each [*B, T, *H]) and ``is_init``
+    (hidden states under ``("next", ...)`` are not read). The networks run in
     recurrent mode over the whole ``[B, T]`` sequence from the state stored at its first step
     (restarting from the stored state where ``is_init`` is set), as
-    :class:`~ac_extensions.objectives.ACERLoss`; the next-state values V(x_{t+1}) come from the
-    critic run step by step (sequential mode) from the hidden states stored under
-    ``("next", ...)``, so they equal the values the critic gave at collection time's next
-    step. The stored state may be stale (computed by an older network): ``burn_in`` rebuilds it
-    (Kapturowski et al., 2019, "Recurrent Experience Replay in Distributed RL", R2D2 §3).
+    :class:`~ac_extensions.objectives.ACERLoss`; the next-state values V(x_{t+1}) come from
+    that pass too (row t + 1's value where the episode goes on, one more critic step from the
+    state the pass reached at episode ends and at the window's end), so they follow the current
+    weights. The stored first state may be stale (computed by an older network): ``burn_in``
+    rebuilds it (Kapturowski et al., 2019, "Recurrent Experience Replay in Distributed RL",
+    R2D2 §3).
 
     **Randomness.** The fresh actions a'_t and the dueling network's samples u_i are drawn from
     torch's global random number generator: the loss is deterministic under ``torch.manual_seed``
@@ -262,7 +263,7 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
             keys.action,
             keys.behavior_loc,
             keys.behavior_scale,
-            *(("next", k) for k in observations),
+            *(("next", k) for k in observations if k not in self._recurrent_keys),
             ("next", keys.reward),
             ("next", keys.done),
             ("next", keys.terminated),
@@ -320,6 +321,18 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
         scale: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """V(x) and, given an action and π's statistics, Q̃(x, a); shape [*B, T, 1] each."""
+        out = self._critic_pass(tensordict, action, loc, scale)
+        keys = self.tensor_keys
+        return out.get(keys.state_value), out.get(keys.action_value) if action is not None else None
+
+    def _critic_pass(
+        self,
+        tensordict: TensorDictBase,
+        action: Tensor | None = None,
+        loc: Tensor | None = None,
+        scale: Tensor | None = None,
+    ) -> TensorDictBase:
+        """Everything the critic writes (V, Q̃ given an action, a recurrent critic's states)."""
         keys = self.tensor_keys
         inputs = tensordict.select(*self._critic_observation_keys(), strict=False).copy()
         if action is not None:
@@ -327,8 +340,7 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
             inputs.set(keys.loc, loc.detach())
             inputs.set(keys.scale, scale.detach())
         with self.critic_network_params.to_module(self.critic_network):
-            out = self.critic_network(inputs)
-        return out.get(keys.state_value), out.get(keys.action_value) if action is not None else None
+            return self.critic_network(inputs)
 
     def _run_networks(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Everything the current actor and critic (V only) write; burn-in reads their states."""
@@ -341,24 +353,26 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
             out.update(self.critic_network(inputs))
         return out
 
-    def _next_state_value(self, tensordict: TensorDictBase, value: Tensor) -> Tensor:
+    def _next_state_value(
+        self, tensordict: TensorDictBase, value: Tensor, window: TensorDictBase
+    ) -> Tensor:
         """V(x_{t+1}), shape [*B, T, 1], detached.
 
-        Feed-forward critic: one pass on ``("next", ...)``. Recurrent networks: the critic runs
-        step by step (sequential mode) from the hidden states stored under ``("next", ...)``
-        (``objectives._replay.next_step_outputs``).
+        Feed-forward critic: one pass on ``("next", ...)``. Recurrent networks: V at row t + 1
+        where the episode goes on, and one step from the state the critic's pass over the
+        window (``window``) reached at episode ends and at the window's end
+        (``objectives._replay.unrolled_next_outputs``).
         """
         nxt = tensordict.get("next")
         if not self._recurrent:
             return self._critic(nxt)[0]
-        (next_value,) = next_step_outputs(
-            tensordict,
+        (next_value,) = unrolled_next_outputs(
             nxt,
             (value,),
-            lambda td: (self._critic(td)[0],),
-            self._critic_observation_keys(),
+            (window,),
+            lambda steps: (self._critic(steps[0])[0],),
+            self._recurrent_keys,
             self.tensor_keys.done,
-            recurrent=True,
         )
         return next_value
 
@@ -382,7 +396,7 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
                 f"{list(self.critic_network.in_keys)}"
             )
         behavior = (keys.behavior_loc, keys.behavior_scale)
-        recurrent = {*self._recurrent_keys, *(("next", k) for k in self._recurrent_keys)}
+        recurrent = set(self._recurrent_keys)
         for key in self.in_keys:
             if tensordict.get(key, None) is None:
                 why = ""
@@ -480,9 +494,10 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
             log_prob.detach(), behavior.log_prob(action).unsqueeze(-1)
         )  # ρ_t = π(a_t|x_t)/µ(a_t|x_t)                                           [*B, T, 1]
         # V(x_t) and Q̃(x_t, a_t) from the stochastic dueling network (§5.1)     [*B, T, 1]
-        value, chosen_q = self._critic(tensordict, action, loc, scale)
+        window = self._critic_pass(tensordict, action, loc, scale)
+        value, chosen_q = window.get(keys.state_value), window.get(keys.action_value)
         with torch.no_grad():
-            next_value = self._next_state_value(tensordict, value)  # V(x_{t+1})     [*B, T, 1]
+            next_value = self._next_state_value(tensordict, value, window)  # V(x_{t+1}) [*B, T, 1]
             reward, done, terminated = (
                 nxt.get(k) for k in (keys.reward, keys.done, keys.terminated)
             )

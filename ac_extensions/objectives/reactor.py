@@ -23,6 +23,7 @@ from ac_extensions.objectives._replay import (
     next_step_plan,
     run_under,
     split_joint,
+    unrolled_next_outputs,
 )
 
 __all__ = ["ReactorLoss"]
@@ -131,11 +132,10 @@ class ReactorLoss(ReplayedSequenceLoss):
     Feed-forward networks reuse the outputs of row t + 1 for x_{t+1} where the episode goes on.
     ``bootstrap_states`` picks where a recurrent network's state at x_{t+1} comes from:
     ``"unroll"`` (default) reuses the pass over the window (row t + 1's outputs, and for the
-    window's last step one more step from the state the pass reached), so burn-in and weight
-    changes refresh the targets as well as the predictions; ``"stored"`` starts every
-    x_{t+1} from the state stored at collection under ``("next", ...)`` (this library's
-    behaviour before; cheaper, but stale by as many updates as the data is old). Either way a
-    truncated episode end inside the window reads its stored next state.
+    window's last step and every episode end inside it one more step from the state the pass
+    reached there), so burn-in and weight changes refresh the targets as well as the
+    predictions; ``"stored"`` starts every x_{t+1} from the state stored at collection under
+    ``("next", ...)`` (cheaper, but stale by as many updates as the data is old).
 
     Args:
         actor_network: module writing the policy logits (``logits``, [*B, T, A]); a TorchRL
@@ -372,58 +372,6 @@ class ReactorLoss(ReplayedSequenceLoss):
         critic_out = self._critic_pass(tensordict, self.critic_network_params)
         return logits, critic_out.get(self._critic_key), out.update(critic_out)
 
-    def _unrolled_next_outputs(
-        self,
-        tensordict: TensorDictBase,
-        nxt: TensorDictBase,
-        current: tuple[Tensor, Tensor],
-        passes: tuple[TensorDictBase, TensorDictBase],
-    ) -> tuple[Tensor, Tensor]:
-        """Policy logits and target critic output at x_{t+1} from the pass over the window.
-
-        Recurrent networks, ``bootstrap_states="unroll"``: where the episode goes on inside the
-        window, x_{t+1} is row t + 1, whose outputs the pass already holds (shifted by one
-        step); the window's last step runs one more step from the state each pass (online for
-        the policy, target for the critic) reached at its end; a done step inside the window
-        (a truncation: its next observation is not row t + 1) reads its stored next state.
-
-        Args:
-            tensordict: the input sequences, batch [*B, T].
-            nxt: ``tensordict.get("next")``.
-            current: the policy logits [*B, T, A] (online) and the critic output (target).
-            passes: the online and the target pass's outputs, holding ``("next", state)``.
-
-        Returns:
-            The two outputs at x_{t+1}, shapes as ``current``, detached.
-        """
-        time_dim = tensordict.batch_dims - 1
-        fresh = nxt.get(self.tensor_keys.done).reshape(tensordict.batch_size).clone()
-        fresh[..., -1] = False
-        out = []
-        for value in current:  # row t + 1's outputs at step t; the last step is filled below
-            value = value.detach()
-            steps = value.shape[time_dim]
-            head, tail = value.narrow(time_dim, 1, steps - 1), value.narrow(time_dim, steps - 1, 1)
-            out.append(torch.cat([head, tail], time_dim))
-        with set_recurrent_mode(False):
-            if bool(fresh.any()):  # truncations inside the window: the stored next state
-                for value, computed in zip(out, self._bootstrap_outputs(nxt[fresh]), strict=True):
-                    value[fresh] = computed.to(value.dtype)
-            last = nxt[..., -1]  # the inputs at x_T                              [*B]
-            ends = []
-            for pass_out in passes:  # the state the pass reached after step T − 1
-                step = last.clone(recurse=False)
-                for key in self._recurrent_keys:
-                    reached = pass_out.get(("next", key), None)
-                    if reached is not None:  # [*B, T, *H]: only step T − 1 holds a state
-                        step.set(key, reached.select(time_dim, reached.shape[time_dim] - 1))
-                ends.append(step)
-            logits = self._actor(ends[0], self.actor_network_params).get(self.tensor_keys.logits)
-            critic = self._critic(ends[1], self._target_params())
-        for value, computed in zip(out, (logits, critic), strict=True):
-            value.select(time_dim, value.shape[time_dim] - 1).copy_(computed.detach())
-        return out[0], out[1]
-
     def _target_params(self) -> TensorDictParams:
         if self._shared_head:
             return self.target_actor_network_params
@@ -552,8 +500,16 @@ class ReactorLoss(ReplayedSequenceLoss):
             elif self.bootstrap_states == "unroll":
                 target_pass = self._critic_pass(tensordict, self._target_params())
                 target_now = target_pass.get(self._critic_key)
-                next_logits, target_next = self._unrolled_next_outputs(
-                    tensordict, nxt, (logits, target_now), (online_pass, target_pass)
+                next_logits, target_next = unrolled_next_outputs(
+                    nxt,
+                    (logits, target_now),
+                    (online_pass, target_pass),
+                    lambda steps: (
+                        self._actor(steps[0], self.actor_network_params).get(keys.logits),
+                        self._critic(steps[1], self._target_params()),
+                    ),
+                    self._recurrent_keys,
+                    keys.done,
                 )
             else:
                 target_now = self._critic(tensordict, self._target_params())

@@ -6,6 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
+from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import SoftUpdate
 
 from ac_extensions.objectives import ACERLoss
@@ -290,3 +291,71 @@ class TestRetraceEstimator:
 
         with pytest.raises(NotImplementedError, match="ACERLoss"):
             ACERLoss(*networks()).make_value_estimator(ValueEstimators.GAE)
+
+
+class TestRecurrentBootstrap:
+    """Recurrent networks: π and Q at x_{t+1} come from the current weights' own states."""
+
+    @staticmethod
+    def collected(seed=0):
+        from torchrl.collectors import Collector
+
+        from ac_extensions.modules import make_acer_actor, recurrent_env_transforms
+        from ac_extensions.runtime.envs import make_batched_env
+
+        torch.manual_seed(seed)
+        actor = make_acer_actor(
+            4, 2, torso="mlp", hidden_sizes=(16,), recurrent="lstm", recurrent_size=8
+        )
+        env = make_batched_env("CartPole-v1", 2, extra_transforms=[recurrent_env_transforms(actor)])
+        env.set_seed(seed)
+        collector = Collector(env, actor, frames_per_batch=80, total_frames=80)
+        batch = next(iter(collector))  # [2, 40]
+        collector.shutdown()
+        batch["behavior", "logits"] = batch["logits"]
+        return actor, batch
+
+    @staticmethod
+    def reference(actor, batch):
+        """Naive loop with the current weights: π and Q at x_{t+1} from the state after step t."""
+        keys = ("recurrent_state_h", "recurrent_state_c")
+        carried = {k: batch[k][:, 0] for k in keys}
+        logits, q = [], []
+        with torch.no_grad(), set_recurrent_mode(False):
+            for t in range(batch.shape[1]):
+                step = batch[:, t].select("observation", "is_init", *keys)
+                init = step["is_init"].unsqueeze(-1)  # a reset starts from the stored zeros
+                for k in keys:
+                    step[k] = torch.where(init, batch[k][:, t], carried[k])
+                out = actor.get_dist_params(step)
+                carried = {k: out["next", k] for k in keys}
+                later = batch["next"][:, t].select("observation").clone()
+                later["is_init"] = torch.zeros_like(step["is_init"])
+                for k in keys:
+                    later[k] = carried[k]
+                later = actor.get_dist_params(later)
+                logits.append(later["logits"])
+                q.append(later["action_value"])
+        return torch.stack(logits, 1), torch.stack(q, 1)
+
+    @pytest.mark.timeout(120)
+    @pytest.mark.parametrize("truncate", [False, True])
+    def test_next_outputs_follow_the_current_weights(self, truncate):
+        actor, batch = self.collected()
+        assert bool(batch["next", "done"][:, :-1].any())  # episode ends inside the window
+        if truncate:  # x_{t+1} at each end is then bootstrapped from
+            batch["next", "terminated"] = torch.zeros_like(batch["next", "terminated"])
+        with torch.no_grad():  # weights moved since collection: the stored states are stale
+            gen = torch.Generator().manual_seed(1)
+            for p in actor.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
+        loss = ACERLoss(actor, None)
+        # stored next states may be anything: they are not read
+        stale = batch.clone()
+        for k in ("recurrent_state_h", "recurrent_state_c"):
+            stale["next", k] = torch.randn_like(stale["next", k])
+        with set_recurrent_mode(True):
+            *_, next_logits, next_q = loss._outputs(stale)
+        expected_logits, expected_q = self.reference(actor, batch)
+        torch.testing.assert_close(next_logits, expected_logits, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(next_q, expected_q, atol=1e-5, rtol=1e-4)

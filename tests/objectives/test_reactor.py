@@ -722,6 +722,21 @@ class TestBootstrapStates:
         assert (unroll - stale).abs().max() > 1e-3  # the stored states are stale
         torch.testing.assert_close(unroll, fresh, atol=1e-5, rtol=1e-4)
 
+    @pytest.mark.timeout(120)
+    def test_unroll_refreshes_the_state_at_a_truncation_inside_the_window(self):
+        # Every episode end made a truncation: x_{t+1} is the episode's final observation, to
+        # be evaluated from the state the pass reached after step t, not the stored one.
+        actor, batch = self.collected()
+        assert bool(batch["next", "done"][:, :-1].any())
+        batch["next", "terminated"] = torch.zeros_like(batch["next", "terminated"])
+        self.drift(actor)
+        with torch.no_grad(), set_recurrent_mode(True):
+            unroll = self.loss_of(actor, "unroll").targets(batch.clone())
+            stale = self.loss_of(actor, "stored").targets(batch.clone())
+            fresh = self.loss_of(actor, "stored").targets(self.recomputed_states(actor, batch))
+        assert (unroll - stale).abs().max() > 1e-3
+        torch.testing.assert_close(unroll, fresh, atol=1e-5, rtol=1e-4)
+
     def test_bootstrap_states_is_checked(self):
         with pytest.raises(ValueError, match="bootstrap_states must be"):
             make_loss(*networks(), bootstrap_states="burn")
