@@ -15,6 +15,11 @@ scalar metrics per collected batch. Wang et al., 2017, arXiv:1611.01224v2, Algor
    updates on sampled sequences follow.
 4. After every optimiser step the average policy moves: θ_avg ← α θ_avg + (1 − α) θ
    (``SoftUpdate``).
+
+With ``recurrent`` (an LSTM or GRU after the torso), each step also stores the memory's state
+and ``is_init``; the updates replay whole sequences in recurrent mode from the state stored at
+their first step, the first ``burn_in`` steps only warming it up (R2D2's burn-in, Kapturowski
+et al., 2019, §3), and the outputs at x_{t+1} come from that pass (never from stale states).
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, SliceSampler
+from torchrl.modules import set_recurrent_mode
 from torchrl.objectives import SoftUpdate
 
 from ac_extensions.modules import (
@@ -38,6 +44,8 @@ from ac_extensions.modules import (
     make_actor_critic,
     make_continuous_actor_critic,
     make_qvalue,
+    recurrent_env_transforms,
+    recurrent_in_keys,
 )
 from ac_extensions.objectives import ACERLoss, ContinuousACERLoss
 from ac_extensions.runtime import (
@@ -233,6 +241,36 @@ class ACERConfig(RunConfig):
     its update, reach the workers with the weights, and are checkpointed with the run; the
     replay keeps raw observations and every replayed sample is normalised with the current
     statistics (never with those of its collection time)."""
+    recurrent: Literal["lstm", "gru"] | None = None
+    """A recurrent memory after the torso (``None``: feed-forward). Discrete actions: one
+    network with policy and Q heads on the memory (:func:`~ac_extensions.modules.make_acer_actor`);
+    continuous: the actor and the stochastic dueling network each with their own
+    (:func:`~ac_extensions.modules.make_continuous_actor_critic`). For partially observed
+    tasks; the paper's networks are feed-forward."""
+    recurrent_size: int = 128
+    """Hidden size of the recurrent memory."""
+    burn_in: int = 0
+    """Recurrent networks: the first ``burn_in`` steps of every replayed sequence only rebuild
+    the memory from its stored state (no loss on them); must be < ``rollout_length``."""
+
+    def _check_memory(self) -> None:
+        """Check the recurrent fields (``recurrent``, ``recurrent_size``, ``burn_in``)."""
+        if self.recurrent not in (None, "lstm", "gru"):
+            raise ValueError(f"recurrent must be 'lstm', 'gru' or None, got {self.recurrent!r}")
+        if self.recurrent_size <= 0:
+            raise ValueError(f"recurrent_size must be > 0, got {self.recurrent_size}")
+        if self.burn_in and self.recurrent is None:
+            raise ValueError(f"burn_in ({self.burn_in}) needs a recurrent network (--recurrent)")
+        if not 0 <= self.burn_in < self.rollout_length:
+            raise ValueError(
+                f"burn_in must lie in [0, rollout_length) = [0, {self.rollout_length}), got "
+                f"{self.burn_in}"
+            )
+        if self.recurrent is not None and self.share_torso:
+            raise ValueError(
+                "share_torso=True is for feed-forward networks; a recurrent discrete network "
+                "always shares its torso and memory between the policy and Q heads"
+            )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -249,6 +287,7 @@ class ACERConfig(RunConfig):
             raise ValueError(f"fixed_scale must be finite and > 0 or None, got {self.fixed_scale}")
         if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
             raise ValueError(f"reward_scale must be finite and > 0, got {self.reward_scale}")
+        self._check_memory()
         if self.replay_ratio < 0 or not 0 <= self.average_policy_decay < 1:
             raise ValueError(
                 f"replay_ratio must be >= 0 and average_policy_decay in [0, 1), got "
@@ -256,9 +295,20 @@ class ACERConfig(RunConfig):
             )
 
 
-def make_env(config: ACERConfig):
-    """The env one worker steps: E copies of ``config.env_id``."""
-    return make_batched_env(config.env_id, config.envs_per_worker)
+def make_env(config: ACERConfig, policy: nn.Module | None = None):
+    """The env one worker steps: E copies of ``config.env_id``.
+
+    With ``config.recurrent``, ``policy`` (the collection policy) gives the transforms its
+    memory needs (:func:`~ac_extensions.modules.recurrent_env_transforms`: ``is_init`` and
+    the stored states).
+    """
+    if config.recurrent is None:
+        return make_batched_env(config.env_id, config.envs_per_worker)
+    if policy is None:
+        raise ValueError("a recurrent ACER env needs the policy (make_env(config, policy))")
+    return make_batched_env(
+        config.env_id, config.envs_per_worker, extra_transforms=[recurrent_env_transforms(policy)]
+    )
 
 
 def build(config: ACERConfig):
@@ -278,6 +328,10 @@ def build(config: ACERConfig):
     :func:`~ac_extensions.runtime.envs.make_batched_env`), so µ's density is evaluated at the
     action that was actually drawn from µ.
 
+    With ``config.recurrent``, discrete actions get one network with a memory after the torso
+    and policy and Q heads on it; continuous actions an actor and a stochastic dueling network
+    with a memory each.
+
     With ``config.normalize_observations`` the networks read ``"observation_normalized"``,
     written by an :class:`~ac_extensions.modules.ObservationNormalizer` that leads the
     collection policy (and that :func:`train` applies to every batch before the loss).
@@ -287,7 +341,7 @@ def build(config: ACERConfig):
         ``config.normalize_observations``.
     """
     require_action_space(config.env_id, ACTION_SPACES, "ACER")
-    probe = make_env(config)
+    probe = make_batched_env(config.env_id, config.envs_per_worker)  # the specs only
     shape, size = observation_shape(probe), action_size(probe)
     obs_dim = observation_size(probe)
     continuous = has_continuous_actions(probe)
@@ -315,6 +369,9 @@ def build(config: ACERConfig):
             f"share_torso=True is for discrete actions; {config.env_id} has continuous actions "
             f"(its actor and stochastic dueling network keep their own torsos)"
         )
+    memory = {"recurrent": config.recurrent, "recurrent_size": config.recurrent_size}
+    if config.recurrent is not None:
+        coefficients["burn_in"] = config.burn_in
     if continuous:
         actor, critic = make_continuous_actor_critic(
             obs_dim,
@@ -325,21 +382,24 @@ def build(config: ACERConfig):
             fixed_scale=config.fixed_scale,
             observation_key=observation_key,
             activation=config.activation,
+            **memory,
         )
         actor, critic = actor.to(config.device), critic.to(config.device)
         statistics = ("loc", "scale")
         loss = ContinuousACERLoss(actor, critic, **coefficients)
     elif torso_for(shape) != "mlp":  # images: one conv torso, policy and Q heads (§6)
-        actor = make_acer_actor(shape, size, torso=torso_for(shape)).to(config.device)
+        actor = make_acer_actor(shape, size, torso=torso_for(shape), **memory)
+        actor = actor.to(config.device)
         statistics = ("logits",)
         loss = ACERLoss(actor, None, **coefficients)
-    elif config.share_torso:  # one MLP torso, policy and Q heads
+    elif config.share_torso or config.recurrent is not None:  # one torso, policy and Q heads
         actor = make_acer_actor(
             obs_dim,
             size,
             torso="mlp",
             hidden_sizes=config.hidden_sizes,
             observation_key=observation_key,
+            **memory,
         ).to(config.device)
         statistics = ("logits",)
         loss = ACERLoss(actor, None, **coefficients)
@@ -450,6 +510,8 @@ def train(
     generator = seed_run(config)
     policy, loss_module, optimizer, average, normalizer = build(config)
     keys = CONTINUOUS_REPLAY_KEYS if isinstance(loss_module, ContinuousACERLoss) else REPLAY_KEYS
+    networks = (loss_module.actor_network, getattr(loss_module, "critic_network", None))
+    keys = (*keys, *recurrent_in_keys(*networks))  # a memory's stored state and is_init
     replay = make_replay(config)
     # A resumed run continues from its checkpoint (the average policy is in the loss's state).
     run = Run(config, loss_module, optimizer, checkpoint, generator=generator, replay=replay)
@@ -467,7 +529,8 @@ def train(
         batch = batch.to(config.device)  # collected and replayed on the CPU
         if normalizer is not None:  # the current statistics, for fresh and replayed steps
             batch = normalizer(batch)
-        out = loss_module(batch)
+        with set_recurrent_mode(config.recurrent is not None):  # whole sequences at once
+            out = loss_module(batch)
         total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
         optimizer.zero_grad(set_to_none=True)
         total.backward()
@@ -480,7 +543,7 @@ def train(
         average.step()  # θ_avg ← α θ_avg + (1 − α) θ
         return {k: float(v.detach()) for k, v in out.items()} | {"grad_norm": float(grad_norm)}
 
-    with run.collector(partial(make_env, config), policy, feed=feed) as collector:
+    with run.collector(partial(make_env, config, policy), policy, feed=feed) as collector:
         for iteration, batch in run.batches(collector):  # [W·E, T]
             returns = finished_returns(batch)  # from ("next", "episode_reward"): unscaled
             versions = collector_metrics(batch)

@@ -173,7 +173,7 @@ def _record_worker_normalisation(monkeypatch):
         policies.append(built[0])
         return built
 
-    def checking_store(replay, batch, keys, first_sequence, reward_scale, backend):
+    def checking_store(replay, batch, keys, first_sequence, reward_scale, backend, **kwargs):
         with torch.no_grad():
             again = policies[-1](batch.select("observation").clone())
         key = (
@@ -182,7 +182,7 @@ def _record_worker_normalisation(monkeypatch):
             else ("behavior", "logits")
         )
         agree.append(torch.allclose(again[key], batch[key], atol=1e-5))
-        return store(replay, batch, keys, first_sequence, reward_scale, backend)
+        return store(replay, batch, keys, first_sequence, reward_scale, backend, **kwargs)
 
     monkeypatch.setattr(recipe, "build", recording_build)
     monkeypatch.setattr(recipe, "store_sequences", checking_store)
@@ -219,3 +219,40 @@ def test_async_collection_learns_from_each_workers_batch():
 def test_async_collection_needs_the_local_backend():
     with pytest.raises(ValueError, match="async_collection needs backend 'local'"):
         ACERConfig(async_collection=True, backend="ray")
+
+
+@pytest.mark.timeout(300)
+def test_recurrent_acer_trains_resumes_and_evaluates(tmp_path, capsys):
+    # ac-train acer --recurrent lstm --burn-in: the replay keeps the memory's stored state and
+    # is_init, a resumed run continues, and ac-eval carries the memory through its episodes.
+    from ac_extensions.cli import evaluate
+    from ac_extensions.cli import train as cli_train
+    from ac_extensions.runtime import Checkpointer
+
+    out = tmp_path / "recurrent"
+    flags = ["acer", "--env", "MaskedCartPole-v1", "--recurrent", "lstm", "--burn-in", "4"]
+    flags += ["--recurrent-size", "16", "--workers", "1", "--envs-per-worker", "2"]
+    flags += ["--rollout-length", "16", "--replay-start", "64", "--replay-ratio", "2"]
+    flags += ["--batch-size", "2", "--quiet", "--out", str(out)]
+    assert cli_train.main([*flags, "--frames", "96"]) == 0
+    assert cli_train.main(["--resume", str(out), "--frames", "160", "--quiet"]) == 0
+    state = Checkpointer(out / "checkpoints").load()
+    assert state["counters"]["batches"] == 5 and state["progress"]["frames"] == 160
+    _, loss, *_ = build(ACERConfig(env_id="MaskedCartPole-v1", recurrent="lstm"))
+    assert loss.burn_in == 0 and loss._recurrent
+    replay = Checkpointer(out / "checkpoints").latest() / "replay"
+    replay_files = {p.name for p in replay.rglob("*")}
+    assert any("recurrent_state_h" in name for name in replay_files), sorted(replay_files)[:20]
+    assert evaluate.main([str(out), "--episodes", "2"]) == 0
+    assert "acer on MaskedCartPole-v1: mean return" in capsys.readouterr().out
+
+
+def test_recurrent_fields_are_checked():
+    with pytest.raises(ValueError, match=r"burn_in \(2\) needs a recurrent network"):
+        ACERConfig(burn_in=2)
+    with pytest.raises(ValueError, match=r"burn_in must lie in \[0, rollout_length\)"):
+        ACERConfig(recurrent="lstm", burn_in=20)
+    with pytest.raises(ValueError, match="recurrent must be"):
+        ACERConfig(recurrent="rnn")
+    with pytest.raises(ValueError, match="share_torso=True is for feed-forward"):
+        ACERConfig(recurrent="gru", share_torso=True)
