@@ -84,8 +84,10 @@ class PrioritizedSequenceSampler(PrioritizedSampler):
         max_capacity: C, the storage capacity in steps (``storage.max_size``).
         sequence_length: L, steps per sequence.
         alpha: α, the priority exponent (0: uniform, 1: proportional). Default 1.
-        beta: β, the importance-weight exponent. Default 0.4 (the starting value of
-            Schaul et al., 2016, arXiv:1511.05952, §3.4; Reactor's value is unknown).
+        beta: β, the importance-weight exponent. Default 0.4, the starting value of Schaul
+            et al., 2016, arXiv:1511.05952, §3.4, for a general sampler; Reactor uses β = 1
+            (Gruslys et al., 2018, arXiv:1704.04651v2, appendix; ``ReactorConfig``'s
+            ``importance_exponent``).
         uniform_probability: ε, the probability that a draw is uniform over the valid starts.
             Default 0.1 (our choice; the paper's value is unverified).
         traj_key: per-step trajectory id in the stored data; a window never spans two ids.

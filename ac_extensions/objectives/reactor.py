@@ -148,11 +148,12 @@ class ReactorLoss(ReplayedSequenceLoss):
         v_max: z_{N−1}, highest atom.
         num_atoms: N >= 2.
         gamma: discount γ.
-        lmbda: Retrace λ ∈ [0, 1] (1: ACER's Q^ret trace; Reactor's value unverified).
+        lmbda: Retrace λ ∈ [0, 1]; 1, ACER's Q^ret trace and Reactor's (Gruslys et al., 2018,
+            arXiv:1704.04651v2, appendix).
         loo_threshold: c >= 0 of β = min(c, 1/µ(â)). c = 1 ⇒ plain leave-one-out (β = 1, as
             µ <= 1), c = inf ⇒ unbiased (β = 1/µ, high variance), c = 0 ⇒ critic-only gradient
-            Σ_a Q(a)∇π(a). Default 1: the paper's value could not be verified and the only
-            Reactor-style implementation found (xlnwel's mrdqn, ``loo_c: 1``) uses it.
+            Σ_a Q(a)∇π(a). Default 1, the paper's β = 1 (Gruslys et al., 2018,
+            arXiv:1704.04651v2, appendix).
         entropy_coeff: entropy bonus coefficient (0.01 as A3C/ACER; Reactor's unverified).
         critic_coeff: critic loss coefficient.
         priority_eta: η ∈ [0, 1] of the priority aggregation (0: the paper's mean).

@@ -127,34 +127,33 @@ class ACERConfig(RunConfig):
         },
     }
     """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
-    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). From the ACER paper and
-    openai/baselines (Wang et al., 2017, arXiv:1611.01224v2, §6): replay ratio 4, entropy
-    0.01, 16 sequences per update. MinAtar: the replay's size and start are the MinAtar DQN's
-    (100k frames, learning after 5k; Young & Tian, 2019, arXiv:1903.03176, kenjyoung/MinAtar
-    ``examples/dqn.py``; float observations, so 100k frames of Seaquest's 10 channels take
-    ~0.8 GB with the next observations); reward scale 1 because MinAtar's rewards are small
-    integers (mostly 0 or 1 a frame), as the paper's clipped Atari rewards; Adam 2.5e-4 is
-    the MinAtar DQN's step size (centered RMSprop there). Compared afterwards
-    (``benchmarks/results/minatar_variants.md``, study ``acer_lr``, 1M frames): 1e-4 learns
-    far less; 5e-4 ends higher on seed 1 of Breakout, Asterix, Seaquest and SpaceInvaders
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). Replay ratio 4 from the ACER paper
+    (Wang et al., 2017, arXiv:1611.01224v2, §6); entropy 0.01 and 16 sequences per update from
+    openai/baselines (the paper's entropy coefficient is 0.001). MinAtar: the replay's size and
+    start are the MinAtar DQN's (100k frames, learning after 5k; Young & Tian, 2019,
+    arXiv:1903.03176, kenjyoung/MinAtar ``examples/dqn.py``; float observations, so 100k frames
+    of Seaquest's 10 channels take ~0.8 GB with the next observations); reward scale 1 because
+    MinAtar's rewards are small integers (mostly 0 or 1 a frame), as the paper's clipped Atari
+    rewards; Adam 2.5e-4 is the MinAtar DQN's step size (centered RMSprop there). Compared
+    afterwards (``benchmarks/results/minatar_variants.md``, study ``acer_lr``, 1M frames): 1e-4
+    learns far less; 5e-4 ends higher on seed 1 of Breakout, Asterix, Seaquest and SpaceInvaders
     (13.91 / 12.82 / 4.15 / 151.13 against 11.39 / 10.60 / 3.33 / 101.78), at par on Freeway
     (50.45 vs 51.38), and on Asterix seeds 1–3 has the median 11.11 against 9.98. It stays a
     named setting (``lr=5e-4``, ``--lr 5e-4``) until the grid's ACER rows, which are runs of
     2.5e-4, are rerun with it. With 2.5e-4 the grid (``benchmarks/results/minatar.md``, seeds
     1–3, 1M frames) puts ACER above every peer on Breakout, Freeway and SpaceInvaders and below
-    the QR-DQN peer on Asterix and Seaquest. Atari: the
-    starting point ``examples/acer_atari.py`` runs (Adam 1e-4, 50k frames in memory-mapped
-    files). MuJoCo (HalfCheetah-v5, Hopper-v5, Walker2d-v5; 1M frames, γ 0.99): the
-    continuous network with two 256-unit layers (as SB3's zoo PPO/SAC on these tasks),
-    observations normalised by running statistics (SB3 zoo's ``normalize: true``), a learned
-    state-independent σ starting at 0.5, Adam 3e-4, the paper's replay ratio 4, a replay of
-    200k frames (the paper's 5,000 per thread, for 32+ threads) filled to 10k before replay
-    starts, reward scale 0.1 as CartPole's (MuJoCo returns reach the thousands). The paper's
-    own continuous settings are :attr:`PAPER_CONTINUOUS`. One screening so far
-    (``benchmarks/results/mujoco_tuning.md``, HalfCheetah-v5 seed 1, 100k frames): the
-    cheaper update of ``activation="relu"`` with 16 replayed sequences (0.47× the update
-    cost, 426 vs 240 fps) reached a 100-episode mean of 328 against these defaults' 710, so
-    the defaults keep tanh and 32 sequences."""
+    the QR-DQN peer on Asterix and Seaquest. Atari: the starting point
+    ``examples/acer_atari.py`` runs (Adam 1e-4, 50k frames in memory-mapped files). MuJoCo
+    (HalfCheetah-v5, Hopper-v5, Walker2d-v5; 1M frames, γ 0.99): the continuous network with two
+    256-unit layers (as SB3's zoo PPO/SAC on these tasks), observations normalised by running
+    statistics (SB3 zoo's ``normalize: true``), a learned state-independent σ starting at 0.5,
+    Adam 3e-4, the paper's replay ratio 4, a replay of 200k frames (the paper's 5,000 per
+    thread, for 32+ threads) filled to 10k before replay starts, reward scale 0.1 as CartPole's
+    (MuJoCo returns reach the thousands). The paper's own continuous settings are
+    :attr:`PAPER_CONTINUOUS`. One screening so far (``benchmarks/results/mujoco_tuning.md``,
+    HalfCheetah-v5 seed 1, 100k frames): the cheaper update of ``activation="relu"`` with 16
+    replayed sequences (0.47× the update cost, 426 vs 240 fps) reached a 100-episode mean of 328
+    against these defaults' 710, so the defaults keep tanh and 32 sequences."""
 
     PAPER_CONTINUOUS: ClassVar[Mapping[str, Any]] = {
         "fixed_scale": 0.3,

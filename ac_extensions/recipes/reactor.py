@@ -188,11 +188,12 @@ class ReactorConfig(RunConfig):
     default stays the paper's."""
     target_update_period: int = 100
     """Learner steps between two copies of the online parameters into the target network
-    (``HardUpdate``; tuned, the paper's is 1,000)."""
+    (``HardUpdate``; tuned, the paper's is 1,000, Gruslys et al., 2018, appendix)."""
     sequence_length: int = 16
-    """L, steps per replayed sequence (tuned; the paper's is 33)."""
+    """L, steps per replayed sequence (tuned; the paper's is 33, Gruslys et al., 2018,
+    appendix)."""
     batch_size: int = 16
-    """Sequences per learner step (B)."""
+    """Sequences per learner step (B; the paper's is 4, Gruslys et al., 2018, appendix)."""
     acting_steps_per_learning_step: float = 4.0
     """Environment frames collected per learner step: the fixed acting/learning ratio (the
     paper reports 4–6 acting steps per learning step: Gruslys et al., 2018)."""
