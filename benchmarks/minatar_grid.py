@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness beside this script
+import _intervals as intervals
 import _scheduler as scheduler
 from _grid_cli import (  # noqa: F401 (re-exported: the grid scripts read them here)
     DEFAULT_SEEDS,
@@ -421,8 +422,10 @@ def against_ppo_table(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
-    """The whole ``minatar.md``."""
+def markdown(
+    summary: dict[str, Any], args: argparse.Namespace, estimates: dict[str, Any] | None = None
+) -> str:
+    """The whole ``minatar.md`` (``estimates``: :func:`_intervals.estimates`, or none)."""
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     seeds = " ".join(map(str, args.seeds))
     only = " --complete-only" if args.complete_only else ""
@@ -461,6 +464,10 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     for game, data in summary["games"].items():
         lines += game_table(game, data, len(args.seeds))
+    if estimates is not None:
+        lines += intervals.markdown(estimates)
+        if estimates["aggregate"]:
+            lines += ["![MinAtar interval estimates](minatar_intervals.png)", ""]
     lines += against_ppo_table(summary)
     lines.append("![MinAtar learning curves](minatar.png)")
     return "\n".join(lines) + "\n"
@@ -480,15 +487,19 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
 
 
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
-    """``minatar.md``, ``minatar.json`` and ``minatar.png`` under ``args.results``."""
+    """``minatar.md``, ``minatar.json``, ``minatar.png`` and ``minatar_intervals.png``."""
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     md = results / "minatar.md"
-    write_markdown(md, markdown(summary, args))
+    ours = [a for a in OURS if a in args.algos]
+    estimates = intervals.estimates(summary, ours, [a for a in PEERS if a in args.algos])
+    write_markdown(md, markdown(summary, args, estimates))
     grid = {k: getattr(args, k) for k in ("games", "algos", "seeds", "frames")}
     data = {"grid": grid, "published_source": PUBLISHED_SOURCE} | strip_curves(summary)
+    data["intervals"] = {k: v for k, v in estimates.items() if k != "profiles"}  # plotted
     md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     plot(summary, results / "minatar.png")
+    intervals.plot(estimates, results / "minatar_intervals.png", "MinAtar, 1M frames")
     return md
 
 

@@ -66,6 +66,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import _intervals as intervals  # noqa: E402
 import _scheduler as scheduler  # noqa: E402
 from _grid_cli import add_grid_arguments, prepare, report, require, widen_to_grid  # noqa: E402
 from _peers import CHECKPOINT_MINUTES, WINDOW, PeerCheckpoint, PeerLog, jsonable, learn_peer  # noqa: E402
@@ -364,8 +365,10 @@ def task_table(task: str, data: dict[str, Any], planned_seeds: int) -> list[str]
     return lines
 
 
-def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
-    """The whole ``mujoco.md``."""
+def markdown(
+    summary: dict[str, Any], args: argparse.Namespace, estimates: dict[str, Any] | None = None
+) -> str:
+    """The whole ``mujoco.md`` (``estimates``: :func:`_intervals.estimates`, or none)."""
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     lines = [
         "# MuJoCo: continuous ACER, PPO and A2C vs Stable-Baselines3 PPO and A2C",
@@ -391,6 +394,10 @@ def markdown(summary: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     for task, data in summary["games"].items():
         lines += task_table(task, data, len(args.seeds))
+    if estimates is not None:
+        lines += intervals.markdown(estimates, label="task", spec=",.0f")
+        if estimates["aggregate"]:
+            lines += ["![MuJoCo interval estimates](mujoco_intervals.png)", ""]
     lines.append("![MuJoCo learning curves](mujoco.png)")
     return "\n".join(lines) + "\n"
 
@@ -409,15 +416,19 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
 
 
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
-    """``mujoco.md``, ``mujoco.json`` and ``mujoco.png`` under ``args.results``."""
+    """``mujoco.md``, ``mujoco.json``, ``mujoco.png`` and ``mujoco_intervals.png``."""
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     md = results / "mujoco.md"
-    write_markdown(md, markdown(summary, args))
+    ours = [a for a in OURS if a in args.algos]
+    estimates = intervals.estimates(summary, ours, [a for a in PEERS if a in args.algos])
+    write_markdown(md, markdown(summary, args, estimates))
     setup = {k: getattr(args, k) for k in ("tasks", "algos", "seeds", "frames")}
     data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | strip_curves(summary)
+    data["intervals"] = {k: v for k, v in estimates.items() if k != "profiles"}  # plotted
     md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     plot(summary, results / "mujoco.png")
+    intervals.plot(estimates, results / "mujoco_intervals.png", "MuJoCo, 1M steps")
     return md
 
 
