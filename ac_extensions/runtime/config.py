@@ -65,7 +65,8 @@ class RunConfig:
     """Collection backend: ``local`` (TorchRL's ``MultiSyncCollector``, W worker processes on
     this machine) or ``ray`` (TorchRL's ``RayCollector``, W collector actors on a Ray cluster;
     ACER and Reactor then keep their replay in a Ray actor the collectors write into; needs
-    the ``ray`` extra, see :mod:`ac_extensions.runtime.ray_backend`)."""
+    the ``ray`` extra, see :mod:`ac_extensions.runtime.ray_backend`). Ray runs are not
+    bit-reproducible: batches arrive in the order the actors finish."""
     start_method: Literal["fork", "spawn", "forkserver"] | None = None
     """How the local backend starts its worker processes (``multiprocessing`` start methods).
     ``spawn`` (TorchRL's default) starts a fresh interpreter that imports torch, TorchRL and
