@@ -79,16 +79,11 @@ ACTION_SPACES = ("discrete", "box")
 class ACERConfig(RunConfig):
     """Hyper-parameters of the ACER recipe (defaults: CartPole-v1).
 
-    Paper / openai/baselines defaults where they apply (c = 10, δ = 1, α = 0.99, Poisson replay
-    draws, k = 20 steps per sequence, Q coefficient 0.5, γ 0.99); learning rate, replay ratio,
-    batch, network size, replay sizes, reward scale and γ are tuned on CartPole-v1. Frames until
-    the 20-episode mean reached 475 (seeds 1 / 2 / 3): with these defaults (reward scale 0.1,
-    replay ratio 16, γ 0.995) never in 40k (last window 451) / 21,440 / 25,600; with γ 0.99
-    21,440 / never in 40k (best 385) / 32,480; with reward scale 1 and replay ratio 8 none of
-    the three within 50k (best 450 / 481 / 321). The reward scale is what mattered: unscaled Q
-    targets near 100 made the critic's gradient (norm 17–183) swamp the clip at 10. MinAtar
-    and Atari: ``ACERConfig.for_env(env_id, ...)`` (``FAMILY_DEFAULTS``; what ``ac-train``
-    uses).
+    The paper's and openai/baselines' values where they apply (c = 10, δ = 1, α = 0.99, Poisson
+    replay draws, k = 20 steps per sequence, Q coefficient 0.5); learning rate, replay ratio,
+    batch, network size, replay sizes, reward scale and γ tuned on CartPole-v1 (how:
+    ``benchmarks/results/defaults.md``). Other env families: ``ACERConfig.for_env(env_id, ...)``
+    (``FAMILY_DEFAULTS``; what ``ac-train`` uses).
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
@@ -127,33 +122,15 @@ class ACERConfig(RunConfig):
         },
     }
     """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
-    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). Replay ratio 4 from the ACER paper
-    (Wang et al., 2017, arXiv:1611.01224v2, §6); entropy 0.01 and 16 sequences per update from
-    openai/baselines (the paper's entropy coefficient is 0.001). MinAtar: the replay's size and
-    start are the MinAtar DQN's (100k frames, learning after 5k; Young & Tian, 2019,
-    arXiv:1903.03176, kenjyoung/MinAtar ``examples/dqn.py``; float observations, so 100k frames
-    of Seaquest's 10 channels take ~0.8 GB with the next observations); reward scale 1 because
-    MinAtar's rewards are small integers (mostly 0 or 1 a frame), as the paper's clipped Atari
-    rewards; Adam 2.5e-4 is the MinAtar DQN's step size (centered RMSprop there). Compared
-    afterwards (``benchmarks/results/minatar_variants.md``, study ``acer_lr``, 1M frames): 1e-4
-    learns far less; 5e-4 ends higher on seed 1 of Breakout, Asterix, Seaquest and SpaceInvaders
-    (13.91 / 12.82 / 4.15 / 151.13 against 11.39 / 10.60 / 3.33 / 101.78), at par on Freeway
-    (50.45 vs 51.38), and on Asterix seeds 1–3 has the median 11.11 against 9.98. It stays a
-    named setting (``lr=5e-4``, ``--lr 5e-4``) until the grid's ACER rows, which are runs of
-    2.5e-4, are rerun with it. With 2.5e-4 the grid (``benchmarks/results/minatar.md``, seeds
-    1–3, 1M frames) puts ACER above every peer on Breakout, Freeway and SpaceInvaders and below
-    the QR-DQN peer on Asterix and Seaquest. Atari: the starting point
-    ``examples/acer_atari.py`` runs (Adam 1e-4, 50k frames in memory-mapped files). MuJoCo
-    (HalfCheetah-v5, Hopper-v5, Walker2d-v5; 1M frames, γ 0.99): the continuous network with two
-    256-unit layers (as SB3's zoo PPO/SAC on these tasks), observations normalised by running
-    statistics (SB3 zoo's ``normalize: true``), a learned state-independent σ starting at 0.5,
-    Adam 3e-4, the paper's replay ratio 4, a replay of 200k frames (the paper's 5,000 per
-    thread, for 32+ threads) filled to 10k before replay starts, reward scale 0.1 as CartPole's
-    (MuJoCo returns reach the thousands). The paper's own continuous settings are
-    :attr:`PAPER_CONTINUOUS`. One screening so far (``benchmarks/results/mujoco_tuning.md``,
-    HalfCheetah-v5 seed 1, 100k frames): the cheaper update of ``activation="relu"`` with 16
-    replayed sequences (0.47× the update cost, 426 vs 240 fps) reached a 100-episode mean of 328
-    against these defaults' 710, so the defaults keep tanh and 32 sequences."""
+    :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). Every family: the paper's replay
+    ratio 4 (Wang et al., 2017, arXiv:1611.01224v2, §6). MinAtar: the MinAtar DQN's replay
+    (100k frames, learning after 5k) and step size 2.5e-4 (Young & Tian, 2019,
+    arXiv:1903.03176), reward scale 1 (MinAtar's rewards are small integers), entropy 0.01 and
+    16 sequences per update (openai/baselines; the paper's entropy is 0.001). Atari: a 50k-frame
+    replay in memory-mapped files and Adam 1e-4, a starting point not measured here. MuJoCo:
+    two 256-unit layers (SB3 zoo), normalised observations (the zoo's ``normalize: true``), σ
+    from 0.5, Adam 3e-4, a 200k-frame replay filled to 10k first, reward scale 0.1. How each
+    was chosen and what else was tried: ``benchmarks/results/defaults.md``."""
 
     PAPER_CONTINUOUS: ClassVar[Mapping[str, Any]] = {
         "fixed_scale": 0.3,
@@ -162,19 +139,13 @@ class ACERConfig(RunConfig):
         "rollout_length": 50,
         "num_samples": 5,
     }
-    """The ACER paper's continuous-control settings, as written (Wang et al., 2017,
-    arXiv:1611.01224v2, §6 and appendix): a diagonal Gaussian policy with fixed σ = 0.3,
-    truncation c = 5, average-policy decay α = 0.995, an update every k = 50 steps, n = 5
-    samples in the stochastic dueling network. Its learning rate and δ were drawn per run
-    (lr log-uniform in [1e-4, 10^-3.3], δ in [0.1, 2]), so they stay ours. Use as
-    ``ACERConfig.for_env("HalfCheetah-v5", **ACERConfig.PAPER_CONTINUOUS)``, or on the command
-    line ``ac-train acer --env HalfCheetah-v5 --fixed-scale 0.3 --truncation-threshold 5
-    --average-policy-decay 0.995 --rollout-length 50 --num-samples 5`` (``benchmarks/
-    mujoco_grid.py --algos acer_paper``). Measured against the MuJoCo defaults
-    (``benchmarks/results/mujoco_tuning.md``, HalfCheetah-v5 seed 1, a 100k-frame screening):
-    ahead up to 50k frames (168 vs 120 at 40k), behind from 60k on, 481 vs 710 at 100k, at the
-    same cost per frame (237 vs 209 fps side by side); so the defaults stay ours, and these are
-    the named option. Not run to 1M steps yet."""
+    """The ACER paper's continuous-control settings (Wang et al., 2017, arXiv:1611.01224v2, §6 and
+    appendix): fixed σ = 0.3, truncation c = 5, average-policy decay α = 0.995, k = 50 steps,
+    n = 5 samples in the stochastic dueling network; its learning rate and δ were drawn per
+    run, so they stay ours. ``ACERConfig.for_env("HalfCheetah-v5",
+    **ACERConfig.PAPER_CONTINUOUS)``, or ``ac-train acer --env HalfCheetah-v5 --fixed-scale 0.3
+    --truncation-threshold 5 --average-policy-decay 0.995 --rollout-length 50 --num-samples
+    5``; measured against the defaults in ``benchmarks/results/defaults.md``."""
 
     frames: int = 60_000
     """Total environment frames to collect."""
@@ -209,12 +180,9 @@ class ACERConfig(RunConfig):
     workers run beside it: with small networks one thread avoids oversubscribing the cores
     (see :attr:`ReactorConfig.torch_threads <ac_extensions.recipes.reactor.ReactorConfig>`)."""
     reward_scale: float = 0.1
-    """Factor on the rewards the learner sees (fresh batch and replay); the logged returns stay
-    the environment's. Keeps Q^ret and the critic's squared error in a range where the
-    gradient-norm clip does not swallow the update (Pendulum-v1's rewards lie in [−16.3, 0]).
-    Applies after ``reward_clip``. Not in the paper, whose Atari rewards are clipped to [−1, 1]
-    instead (Atari's ``reward_clip``; Wang et al., 2017, arXiv:1611.01224v2, §6 after Mnih et
-    al., 2015)."""
+    """Factor on the rewards the learner sees (fresh batch and replay), after ``reward_clip``;
+    the logged returns stay the environment's. 0.1 keeps Q^ret's squared error in a range the
+    gradient-norm clip does not swallow (not in the paper, whose Atari rewards are clipped)."""
     num_samples: int = 5
     """Continuous actions only: n, the stochastic dueling network's samples u_i ∼ π(·|x) in
     Q̃(x, a) = V(x) + A(x, a) − (1/n) Σ_i A(x, u_i) (Wang et al., 2017, arXiv:1611.01224v2,

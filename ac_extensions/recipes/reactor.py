@@ -98,24 +98,14 @@ class ReactorConfig(RunConfig):
     }
     """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). MinAtar: the MinAtar DQN's
-    replay start (5k frames) and target-network period (1,000 updates) and its step size 2.5e-4
-    (centered RMSprop there, Adam here; Young & Tian, 2019, arXiv:1903.03176,
-    kenjyoung/MinAtar ``examples/dqn.py``); reward scale 1 because MinAtar's rewards are small
-    integers (mostly 0 or 1 a frame), so C51's ±10 support fits as it does clipped Atari
-    rewards (a game scoring often, e.g. SpaceInvaders, can have discounted returns above 10,
-    which the projection puts on the top atom); the feed-forward branches stay (MinAtar's
-    channels include motion trails, so one frame is close to Markov); the policy's gradient
-    into the torso it shares with the critic, a departure from the paper (§3.4.1, which stops
-    it there) chosen by measurement: with the paper's stopped gradient the critic could not
-    rank Freeway's actions (``benchmarks/results/reactor_probe.md``); seed 1, mean return of
-    the last 100 episodes at 1M frames, into the torso against stopped there
-    (``benchmarks/results/minatar_variants.md``, study ``reactor_torso``): Breakout 25.31 vs
-    20.49, Asterix 6.89 vs 0.77, and Freeway 41.64 vs 10.80 at 400k frames.
-    ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)`` restores the paper's. Atari: the
-    starting point ``examples/reactor_atari.py`` runs (sequence length 33 and a target period
-    of 1,000 learner steps are the paper's, Gruslys et al., 2018, arXiv:1704.04651v2; the rest
-    follow DQN/R2D2 practice). Untuned placeholders:
-    none of these has been measured with this recipe yet."""
+    replay start (5k frames), target period (1,000 updates) and step size 2.5e-4 (Young &
+    Tian, 2019, arXiv:1903.03176), reward scale 1 (small integer rewards, so C51's ±10
+    support fits), feed-forward branches (MinAtar's frames are close to Markov), and the
+    policy's gradient into the shared torso, a measured departure from the paper (§3.4.1)
+    that ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)`` undoes. Atari: the paper's
+    sequence length 33 and target period 1,000 (Gruslys et al., 2018, arXiv:1704.04651v2),
+    the rest from DQN/R2D2 practice, not measured here. How each was chosen:
+    ``benchmarks/results/defaults.md``."""
 
     frames: int = 60_000
     """Total environment frames to collect."""
@@ -127,10 +117,7 @@ class ReactorConfig(RunConfig):
     gamma: float = 0.99
     """Discount γ (Reactor/ACER/DQN's 0.99)."""
     lr: float = 3e-3
-    """Adam learning rate. Tuned on CartPole-v1 (frames until the 20-episode mean reaches 475,
-    seeds 1/2/3, 60k budget): 1e-3 gave 30,976 / 37,888 / 43,520, 2e-3 32,512 / 30,976 / (over
-    41k), 3e-3 26,112 / 25,600 / 51,200 (ACER's recipe uses 3e-3 as well). Lowering
-    ``entropy_coeff`` to 0.001 instead gave 41,728 / 32,000 at 1e-3."""
+    """Adam learning rate (tuned on CartPole-v1: ``benchmarks/results/defaults.md``)."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip (openai/baselines ACER's 10)."""
     entropy_coeff: float = 0.01
@@ -153,16 +140,16 @@ class ReactorConfig(RunConfig):
     arXiv:1707.06887; with ``reward_scale`` 0.1 CartPole's discounted returns lie in
     [0, 10])."""
     v_max: float = 10.0
-    """Highest atom z_{N−1}. Raise it where Q nears it: on MinAtar SpaceInvaders (dense 0/1
-    rewards) the mean Q sat at 9.4–9.5, and ``v_max`` 30 ended at 74.53 against 51.68 (seed 1,
-    1M frames, ``benchmarks/results/minatar_variants.md``, study ``reactor_support``)."""
+    """Highest atom z_{N−1}. Raise it where Q nears it (dense-reward games such as MinAtar
+    SpaceInvaders; ``benchmarks/results/defaults.md``)."""
     num_atoms: int = 51
     """N, atoms of the support (C51's and Reactor's 51)."""
     lmbda: float = 1.0
-    """Retrace λ of the trace c_s = λ min(1, ρ_s) (1: Munos et al., 2016's Retrace)."""
+    """Retrace λ of the trace c_s = λ min(1, ρ_s): 1, Munos et al., 2016's Retrace and Reactor's
+    (Gruslys et al., 2018, arXiv:1704.04651v2, appendix)."""
     loo_threshold: float = 1.0
-    """c of β = min(c, 1/µ(â)) (β-LOO, §3.1): 1 is plain leave-one-out, the value of the only
-    Reactor-style implementation found (xlnwel's mrdqn)."""
+    """c of β = min(c, 1/µ(â)) (β-LOO, §3.1): 1 is plain leave-one-out, the paper's β = 1
+    (Gruslys et al., 2018, arXiv:1704.04651v2, appendix)."""
     priority_eta: float = 0.0
     """η of the sequence priority η max_t δ_t + (1 − η) mean_t δ_t: 0, the paper's mean along
     the sequence (§3.3); R2D2's 0.9 was this recipe's default before (see
@@ -182,10 +169,7 @@ class ReactorConfig(RunConfig):
     """Dueling distributional Q head (the paper's, §3.4.1; False: one linear layer, before)."""
     policy_torso_gradient: bool = False
     """Whether the policy's gradient reaches the shared torso (the paper blocks it, §3.4.1;
-    True was this recipe's network before, and is the MinAtar default: see
-    ``FAMILY_DEFAULTS``). On CartPole-v1 True needed a median 26,368 frames to 475 (seeds
-    1–3) against the paper's 25,088 (``benchmarks/results/reactor_paper.md``), so the class
-    default stays the paper's."""
+    MinAtar's default lets it: see ``FAMILY_DEFAULTS``)."""
     target_update_period: int = 100
     """Learner steps between two copies of the online parameters into the target network
     (``HardUpdate``; tuned, the paper's is 1,000, Gruslys et al., 2018, appendix)."""
@@ -207,14 +191,8 @@ class ReactorConfig(RunConfig):
     """ε, the probability that a sequence is drawn uniformly (the sampler's default)."""
     importance_exponent: float = 1.0
     """β of the importance weights w = (P(t)/P_min)^−β: the paper's fixed β = 1 (§3.3; full
-    correction of the prioritised sampling). 0.4, Schaul et al., 2016's starting value
-    (arXiv:1511.05952), never annealed, was this recipe's default before: a permanent bias.
-    Measured (``benchmarks/results/reactor_paper.md``, seeds 1–3): on MinAtar Breakout-v1 at
-    50,000 frames β 0.4 on top of the paper's settings reached a median 4.50 (3.94–5.17)
-    against 3.55 (3.51–5.23) with β 1, and on CartPole-v1 a median 23,040 frames to 475
-    (22,528 / 24,064 / 23,040) against 25,088, and on MinAtar Freeway-v1 5.06 (3.62–7.94)
-    against 1.44 (0.56–2.38): 0.4 learns faster at these budgets and is the named option for
-    it; the paper's unbiased 1 stays the default."""
+    correction of the prioritised sampling). 0.4, PER's starting value, learns faster at short
+    budgets and is a named option (``benchmarks/results/defaults.md``)."""
     torch_threads: int | None = 1
     """Threads of the learner process (``None``: torch's default). One by default: the
     networks are tiny, and on a 2-core machine shared with the collector workers a learner step
@@ -249,16 +227,8 @@ class ReactorConfig(RunConfig):
     """The settings where this recipe departed from the paper before it followed it (R2D2's
     priority of the mean difference, β 0.4, plain softmax, single-stream Q head, policy
     gradient into the torso, stored bootstrap states): ``ReactorConfig(**ReactorConfig.
-    PREVIOUS)`` reproduces it (CartPole-v1 frames to 475, seeds 1–3, identical to its earlier
-    measurement). Against the paper's settings, same seeds (``benchmarks/reactor_paper.py``,
-    ``benchmarks/results/reactor_paper.md``): CartPole-v1 frames to 475, median 25,088 (paper)
-    vs 26,112 (previous); MinAtar Breakout-v1 mean return of the last 100 episodes at 50,000
-    frames, median 3.55 (paper, 3.51–5.23) vs 5.05 (previous, 4.25–5.28); the same metric on
-    Asterix-v1 0.66 vs 0.71, Freeway-v1 1.44 vs 10.31, Seaquest-v1 0.62 vs 0.67,
-    SpaceInvaders-v1 19.56 vs 21.93 (ranges overlap except on Freeway). So at 50k MinAtar
-    frames the previous settings learn faster (use them with ``ReactorConfig.for_env(env_id,
-    **ReactorConfig.PREVIOUS)``); the paper's stay the defaults, as written, and slightly
-    faster on CartPole."""
+    PREVIOUS)`` reproduces it. Faster at 50k MinAtar frames, slightly slower on CartPole-v1
+    (``benchmarks/results/defaults.md``); the paper's stay the defaults."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
