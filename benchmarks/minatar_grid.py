@@ -345,14 +345,14 @@ def game_table(game: str, data: dict[str, Any], planned_seeds: int) -> list[str]
     """The markdown lines of one game."""
     target = data["target"]
     if target["return"] is None:
-        head = "to the best peer's score"
-        lines = [f"## {game}", "", "No peer run yet: no target score.", ""]
+        head = "to the best Stable-Baselines3 score"
+        lines = [f"## {game}", "", "No Stable-Baselines3 run yet: no target score.", ""]
     else:
         head = f"to {target['return']:.2f}"
         lines = [
             f"## {game}",
             "",
-            f"Target: {target['return']:.2f}, the final score of the best peer "
+            f"Target: {target['return']:.2f}, the final score of the best Stable-Baselines3 run "
             f"({target['peer']}, median over its seeds).",
             "",
         ]
@@ -431,18 +431,18 @@ def markdown(
     only = " --complete-only" if args.complete_only else ""
     peers = ", ".join(a for a in args.algos if a in PEERS)
     lines = [
-        "# MinAtar: ac_extensions recipes vs Stable-Baselines3 peers",
+        "# MinAtar: ac_extensions recipes vs Stable-Baselines3 and sb3-contrib",
         "",
         f"Command: `python benchmarks/minatar_grid.py --games {' '.join(args.games)} --algos "
         f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}{only}` "
         "(`make bench-minatar`; "
         f"settings and their sources: the docstring of `benchmarks/minatar_grid.py`). Envs "
         f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
-        f"{args.frames:,} frames, ours through `ac-train`, peers ({peers}) "
-        f"with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
+        f"{args.frames:,} frames, ours through `ac-train`, Stable-Baselines3 and sb3-contrib "
+        f"({peers}) with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
         "",
-        "Peers: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, centred "
-        "RMSProp lr 2.5e-4 included) but one update per 4 frames (Nature DQN's rate; "
+        "Their settings: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, "
+        "centred RMSProp lr 2.5e-4 included) but one update per 4 frames (Nature DQN's rate; "
         "sb3_dqn_paper keeps the paper's one per frame); sb3_qrdqn with the same settings, "
         "51 quantiles and Adam (lr 2.5e-4, ε 0.01/32); "
         "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings; sb3_ppo_const "
@@ -454,9 +454,9 @@ def markdown(
         f"Return: the online training return, mean of the last {WINDOW} finished episodes at "
         "the end of each run (the MinAtar paper's metric); median and min–max over seeds. "
         "Frames / s to the target: first logged point at which the full "
-        f"{WINDOW}-episode mean reaches the best peer's final score; median over seeds, a seed "
-        "that never reaches it counting as never (— when the median never does). s and fps "
-        "are wall time of the whole run, start-up included.",
+        f"{WINDOW}-episode mean reaches the best Stable-Baselines3 final score; median over "
+        "seeds, a seed that never reaches it counting as never (— when the median never does). "
+        "s and fps are wall time of the whole run, start-up included.",
         "",
         f"¹ {PUBLISHED_SOURCE}. Not comparable with the rows above: 5× the frames here, the "
         "full action set of 6 (here the minimal one).",
@@ -482,7 +482,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
         xlabel="frames",
         algos=ALGOS,
         peers=PEERS,
-        caption="median over seeds; band: min–max; dashed: SB3 peers",
+        caption="median over seeds; band: min–max; dashed: Stable-Baselines3, sb3-contrib",
     )
 
 
