@@ -181,7 +181,8 @@ def estimates(summary: dict[str, Any], ours: Sequence[str], peers: Sequence[str]
                     "iqm": interval(column, "iqm"),
                 }
         per_game[game] = rows
-    normalised = [g for g in games if g in reference]
+    # a ratio to a reference of 0 or below is no normalisation: such a game is left out
+    normalised = [g for g in games if reference.get(g, 0.0) > 0]
     aggregate, matrices = {}, {}
     for algo in algos:
         matrix = score_matrix(summary, algo, normalised)
@@ -205,6 +206,7 @@ def estimates(summary: dict[str, Any], ours: Sequence[str], peers: Sequence[str]
         "reps": REPS,
         "reference": reference,
         "normalised_games": normalised,
+        "left_out": [g for g in games if g in reference and g not in normalised],
         "per_game": per_game,
         "aggregate": aggregate,
         "improvement": improvement,
@@ -267,9 +269,15 @@ def markdown(data: dict[str, Any], *, label: str = "game", spec: str = ".2f") ->
     lines.append("")
     if data["aggregate"]:
         games = ", ".join(data["normalised_games"])
+        left_out = data.get("left_out") or []
+        skipped = (
+            f" ({', '.join(left_out)} left out: its reference score is not positive)"
+            if left_out
+            else ""
+        )
         lines += [
-            f"Across {label}s ({games}), normalised scores over the seeds complete on every "
-            f"one of them:",
+            f"Across {label}s ({games}){skipped}, normalised scores over the seeds complete on "
+            f"every one of them:",
             "",
             "| algorithm | runs per " + label + " | IQM [95% CI] | mean [95% CI] |",
             "|---|---|---|---|",

@@ -108,3 +108,28 @@ def test_intervals_agree_with_rliables_own_bootstrap(intervals, monkeypatch):
     np.testing.assert_allclose([low, high], np.ravel(theirs["x"]), atol=0.05)
     _, low, high = intervals.probability_of_improvement(x, y)
     np.testing.assert_allclose([low, high], np.ravel(theirs_poi["x,y"]), atol=0.05)
+
+
+def test_a_game_with_a_reference_of_zero_or_below_is_left_out_of_the_aggregate(intervals):
+    summary = {
+        "games": {
+            "A": {
+                "algorithms": {
+                    "ours": {"runs": [run(1, 2.0), run(2, 3.0)]},
+                    "peer": {"runs": [run(1, 1.0), run(2, 1.0)]},
+                }
+            },
+            "B": {
+                "algorithms": {
+                    "ours": {"runs": [run(1, -2.0), run(2, -1.0)]},
+                    "peer": {"runs": [run(1, -5.0), run(2, -3.0)]},
+                }
+            },
+        }
+    }
+    data = intervals.estimates(summary, ["ours"], ["peer"])
+    assert data["normalised_games"] == ["A"] and data["left_out"] == ["B"]
+    assert data["aggregate"]["ours"]["mean"][0] == pytest.approx(2.5)
+    assert "(B left out: its reference score is not positive)" in "\n".join(
+        intervals.markdown(data)
+    )
