@@ -395,6 +395,29 @@ def burn_in(
     return rest
 
 
+def restart_after_ends(tensordict: TensorDictBase, done_key: NestedKey) -> TensorDictBase:
+    """Set ``is_init`` after every ``done`` step, so a recurrent pass ends its episode there.
+
+    Collected data has it already (a reset follows every end). A padded window cut short by
+    :func:`cut_traces_at_padding` does not: there the recurrent modules would run on into the
+    padding, and :func:`unrolled_next_outputs` would find no state written at the last valid
+    step. is_init_{t+1} ← is_init_{t+1} ∨ done_t, on a shallow copy (the input is untouched).
+
+    Args:
+        tensordict: sequences, batch [*B, T], with ``is_init`` [*B, T, 1] (else returned as is).
+        done_key: the done flag inside ``("next", ...)``, shape [*B, T, 1].
+    """
+    is_init = tensordict.get("is_init", None)
+    if is_init is None:
+        return tensordict
+    done = tensordict.get(("next", done_key))  # [*B, T, 1]
+    init = is_init.reshape(done.shape[:-1])  # [*B, T]
+    restart = init | torch.cat([torch.zeros_like(init[..., :1]), done[..., :-1, 0]], -1)
+    if torch.equal(restart, init):
+        return tensordict
+    return tensordict.clone(recurse=False).set("is_init", restart.reshape(is_init.shape))
+
+
 @dataclass
 class PreparedSequences:
     """A loss's input after :meth:`ReplayedSequenceLoss._prepare`."""
@@ -470,4 +493,6 @@ class ReplayedSequenceLoss(LossModule):
             tensordict = burn_in(tensordict, self.burn_in, self._run_networks, self._hidden_keys)
         mask = valid_mask(self, tensordict)
         tensordict = cut_traces_at_padding(tensordict, mask, self.tensor_keys.done)
+        if self._recurrent:
+            tensordict = restart_after_ends(tensordict, self.tensor_keys.done)
         return PreparedSequences(tensordict, mask, single)

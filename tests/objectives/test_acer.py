@@ -359,3 +359,24 @@ class TestRecurrentBootstrap:
         expected_logits, expected_q = self.reference(actor, batch)
         torch.testing.assert_close(next_logits, expected_logits, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(next_q, expected_q, atol=1e-5, rtol=1e-4)
+
+    @pytest.mark.timeout(120)
+    def test_a_padded_window_bootstraps_its_last_valid_step_from_the_pass(self):
+        # Row 0 padded from step 30 (("collector", "mask") False, garbage after it): the
+        # outputs at x_30 (the next observation of its last valid step) still come from the
+        # state the pass reached after step 29.
+        actor, batch = self.collected()
+        loss = ACERLoss(actor, None)
+        padded = batch.clone()
+        mask = torch.ones(batch.shape, dtype=torch.bool)
+        mask[0, 30:] = False
+        padded["collector", "mask"] = mask
+        padded["observation"][0, 30:] = 9.0
+        padded["next", "observation"][0, 30:] = 9.0
+        with set_recurrent_mode(True):
+            prepared = loss._prepare(padded)
+            *_, next_logits, next_q = loss._outputs(prepared.td)
+        expected_logits, expected_q = self.reference(actor, batch)
+        torch.testing.assert_close(next_logits[0, 29], expected_logits[0, 29], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(next_q[0, 29], expected_q[0, 29], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(next_q[1], expected_q[1], atol=1e-5, rtol=1e-4)
