@@ -164,7 +164,7 @@ def parse(argv: list[str]) -> tuple[str, Any, argparse.Namespace]:
         env_id = given.get("env_id", config_cls.env_id)
         config = make_config(config_cls, config_cls.family_defaults(env_id) | given)
     args.threshold = _threshold(args.threshold, config.env_id)
-    check_action_space(name, config.env_id)
+    check_action_space(name, config.env_id, config)
     if args.out is None:
         env = config.env_id.replace("/", "_")
         args.out = Path("runs") / f"{name}-{env}-seed{config.seed}"
@@ -192,13 +192,19 @@ def run_record(out: Path, name: str, config) -> dict[str, Any]:
     return {"algorithm": name, "config": config_to_json(config), "code": [*starts, provenance()]}
 
 
-def check_action_space(name: str, env_id: str) -> None:
-    """Refuse (:class:`UsageError`) an env whose action space recipe ``name`` cannot handle."""
+def check_action_space(name: str, env_id: str, config=None) -> None:
+    """Refuse (:class:`UsageError`) an env whose action space recipe ``name`` cannot handle.
+
+    With ``config``, also the recipe's own ``check_action_space(config)`` when it has one (a
+    setting that needs a kind of action space), so nothing starts and no run directory is made.
+    """
     from ac_extensions.runtime.envs import require_action_space
 
     module, _ = load_recipe(name)
     try:
         require_action_space(env_id, module.ACTION_SPACES, name)
+        if config is not None and hasattr(module, "check_action_space"):
+            module.check_action_space(config)
     except ValueError as error:
         raise UsageError(str(error)) from error
 

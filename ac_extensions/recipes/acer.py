@@ -62,6 +62,7 @@ from ac_extensions.runtime import (
 from ac_extensions.runtime.config import RunConfig
 from ac_extensions.runtime.envs import (
     action_size,
+    action_space_kind,
     has_continuous_actions,
     make_batched_env,
     observation_shape,
@@ -209,11 +210,9 @@ class ACERConfig(RunConfig):
     replay keeps raw observations and every replayed sample is normalised with the current
     statistics (never with those of its collection time)."""
     recurrent: Literal["lstm", "gru"] | None = None
-    """A recurrent memory after the torso (``None``: feed-forward). Discrete actions: one
-    network with policy and Q heads on the memory (:func:`~ac_extensions.modules.make_acer_actor`);
-    continuous: the actor and the stochastic dueling network each with their own
-    (:func:`~ac_extensions.modules.make_continuous_actor_critic`). For partially observed
-    tasks; the paper's networks are feed-forward."""
+    """A recurrent memory after the torso (``None``: feed-forward): one network with policy and
+    Q heads on the memory (:func:`~ac_extensions.modules.make_acer_actor`). Discrete actions
+    only; for partially observed tasks (the paper's networks are feed-forward)."""
     recurrent_size: int = 128
     """Hidden size of the recurrent memory."""
     burn_in: int = 0
@@ -262,6 +261,20 @@ class ACERConfig(RunConfig):
             )
 
 
+def check_action_space(config: ACERConfig) -> None:
+    """Refuse settings the env's action space rules out: ``recurrent`` needs discrete actions.
+
+    (The stochastic dueling network of continuous ACER would need its memory run at collection
+    too.) Raises ``ValueError`` with one line; the command line calls it before anything starts.
+    """
+    if config.recurrent is not None and action_space_kind(config.env_id)[0] != "discrete":
+        raise ValueError(
+            f"recurrent={config.recurrent!r} is for discrete actions; {config.env_id} has "
+            f"continuous actions (the stochastic dueling network's memory would need running "
+            f"at collection too)"
+        )
+
+
 def make_env(config: ACERConfig, policy: nn.Module | None = None):
     """The env one worker steps: E copies of ``config.env_id``.
 
@@ -295,9 +308,8 @@ def build(config: ACERConfig):
     :func:`~ac_extensions.runtime.envs.make_batched_env`), so µ's density is evaluated at the
     action that was actually drawn from µ.
 
-    With ``config.recurrent``, discrete actions get one network with a memory after the torso
-    and policy and Q heads on it; continuous actions an actor and a stochastic dueling network
-    with a memory each.
+    With ``config.recurrent`` (discrete actions only), one network with a memory after the torso
+    and policy and Q heads on it.
 
     With ``config.normalize_observations`` the networks read ``"observation_normalized"``,
     written by an :class:`~ac_extensions.modules.ObservationNormalizer` that leads the
@@ -336,6 +348,8 @@ def build(config: ACERConfig):
             f"share_torso=True is for discrete actions; {config.env_id} has continuous actions "
             f"(its actor and stochastic dueling network keep their own torsos)"
         )
+    if continuous:
+        check_action_space(config)
     memory = {"recurrent": config.recurrent, "recurrent_size": config.recurrent_size}
     if config.recurrent is not None:
         coefficients["burn_in"] = config.burn_in
@@ -349,7 +363,6 @@ def build(config: ACERConfig):
             fixed_scale=config.fixed_scale,
             observation_key=observation_key,
             activation=config.activation,
-            **memory,
         )
         actor, critic = actor.to(config.device), critic.to(config.device)
         statistics = ("loc", "scale")

@@ -45,3 +45,16 @@ def test_action_space_kinds():
 def test_the_recipes_refuse_too_not_only_the_cli():
     with pytest.raises(ValueError, match="Reactor cannot train on Pendulum-v1"):
         reactor.build(ReactorConfig(env_id="Pendulum-v1"))
+
+
+def test_recurrent_acer_on_box_actions_is_refused_before_anything_starts(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["acer", "--env", "Pendulum-v1", "--recurrent", "lstm", "--out", str(out)]
+    status = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert err == (
+        "ac-train: error: recurrent='lstm' is for discrete actions; Pendulum-v1 has continuous "
+        "actions (the stochastic dueling network's memory would need running at collection too)"
+    )
+    assert not out.exists()

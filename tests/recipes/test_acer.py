@@ -257,6 +257,8 @@ def test_recurrent_fields_are_checked():
         ACERConfig(recurrent="rnn")
     with pytest.raises(ValueError, match="share_torso=True is for feed-forward"):
         ACERConfig(recurrent="gru", share_torso=True)
+    with pytest.raises(ValueError, match="recurrent='lstm' is for discrete actions"):
+        build(ACERConfig(env_id="Pendulum-v1", recurrent="lstm"))
 
 
 @pytest.mark.slow
