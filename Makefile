@@ -1,7 +1,8 @@
 # One virtual environment serves every target. torch is installed first from TORCH_SPEC so that
 # the dependency ranges of torchrl/tensordict are already met (no multi-GB CUDA wheels on CPU hosts).
-# It has the bench extra (Stable-Baselines3, sb3-contrib) too, so that CI runs the peers' tests
-# (settings, checkpoint and resume of the MinAtar and MuJoCo grids' peers) instead of skipping them.
+# It has the bench extra (Stable-Baselines3, sb3-contrib) too, so that CI runs the tests of the
+# Stable-Baselines3 runs (settings, checkpoint and resume of the MinAtar and MuJoCo grids' SB3
+# baselines) instead of skipping them.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0

@@ -106,11 +106,11 @@ def final_scores(summary: dict[str, Any], algo: str, game: str) -> dict[int, flo
     }
 
 
-def reference_scores(summary: dict[str, Any], peers: Sequence[str]) -> dict[str, float]:
-    """Per game, the best mean final score among ``peers`` (the normalisation's 1.0)."""
+def reference_scores(summary: dict[str, Any], others: Sequence[str]) -> dict[str, float]:
+    """Per game, the best mean final score among ``others`` (the normalisation's 1.0)."""
     out = {}
     for game in summary["games"]:
-        means = [np.mean(list(s.values())) for p in peers if (s := final_scores(summary, p, game))]
+        means = [np.mean(list(s.values())) for p in others if (s := final_scores(summary, p, game))]
         if means:
             out[game] = float(max(means))
     return out
@@ -163,11 +163,13 @@ def verdict(low: float, high: float) -> str:
     return "level"
 
 
-def estimates(summary: dict[str, Any], ours: Sequence[str], peers: Sequence[str]) -> dict[str, Any]:
+def estimates(
+    summary: dict[str, Any], ours: Sequence[str], others: Sequence[str]
+) -> dict[str, Any]:
     """Every number of the interval section, JSON-ready (see the module docstring)."""
     games = list(summary["games"])
-    algos = [a for a in (*ours, *peers) if any(final_scores(summary, a, g) for g in games)]
-    reference = reference_scores(summary, peers)
+    algos = [a for a in (*ours, *others) if any(final_scores(summary, a, g) for g in games)]
+    reference = reference_scores(summary, others)
     per_game: dict[str, Any] = {}
     for game in games:
         rows = {}
@@ -196,7 +198,7 @@ def estimates(summary: dict[str, Any], ours: Sequence[str], peers: Sequence[str]
         }
     improvement = {}
     for mine in (a for a in ours if a in matrices):
-        for theirs in (p for p in peers if p in matrices):
+        for theirs in (p for p in others if p in matrices):
             point, low, high = probability_of_improvement(matrices[mine], matrices[theirs])
             improvement[f"{mine} > {theirs}"] = {
                 "probability": (point, low, high),

@@ -7,7 +7,7 @@ its command line. :func:`run_grid` runs every cell that is not done, ``--jobs`` 
 each under a lock on its directory (two invocations never run one cell twice), with a time
 limit, progress lines, an optional deadline, and Ctrl-C / SIGTERM stopping every run so that
 it saves its checkpoint. A run counts as complete when it leaves a ``summary.json`` saying
-``complete: true`` (what ``ac-train`` and the peers' child processes write).
+``complete: true`` (what ``ac-train`` and the Stable-Baselines3 runs' child processes write).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _stop_runs(processes: list[subprocess.Popen]) -> None:
 
     The signal goes to the run's process alone, not its group: ``ac-train`` then trains the
     batch in progress to its end, checkpoints it and exits (its collector workers with it),
-    and a peer saves at its next rollout start, so the resumed run loses nothing. Whatever of
+    and an SB3 run saves at its next rollout start, so the resumed run loses nothing. Whatever of
     a run's process group is still alive after :data:`STOP_GRACE_SECONDS` (a run that did not
     stop, or orphaned workers) is killed.
     """

@@ -2,7 +2,7 @@
 
 Every run directory holds ``summary.json`` and the ``train/return_window``,
 ``train/return_window_size`` and ``time/seconds`` CSV logs (``ac-train``'s layout, which the
-peers' :class:`~_peers.PeerLog` writes too), so one reader serves ours and the peers.
+Stable-Baselines3 runs' :class:`~_sb3.SB3Log` writes too), so one reader serves ours and theirs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _peers import CURVE, CURVE_SIZE, SECONDS, WINDOW
+from _sb3 import CURVE, CURVE_SIZE, SECONDS, WINDOW
 from _scheduler import read_summary
 
 
@@ -136,7 +136,7 @@ def plot_curves(
     title: Callable[[str], str],
     xlabel: str,
     algos: Sequence[str],
-    peers: Sequence[str],
+    sb3_algos: Sequence[str],
     caption: str,
 ) -> Path | None:
     """One panel per environment: each algorithm's median curve, its seeds' range as a band.
@@ -147,7 +147,7 @@ def plot_curves(
         title: an environment's panel title, from its name.
         xlabel: what the x axis counts.
         algos: every algorithm of the grid, in order (their colours).
-        peers: the peers among them (dashed).
+        sb3_algos: the Stable-Baselines3 / sb3-contrib ones among them (dashed).
         caption: the figure's title.
 
     Returns:
@@ -171,7 +171,7 @@ def plot_curves(
             if curves is None:
                 continue
             x, middle, low, high = curves
-            style = "--" if algo in peers else "-"
+            style = "--" if algo in sb3_algos else "-"
             ax.plot(x, middle, style, color=colors.get(algo), label=f"{algo} ({stats['seeds']})")
             if stats["seeds"] > 1:
                 ax.fill_between(x, low, high, color=colors.get(algo), alpha=0.15, linewidth=0)

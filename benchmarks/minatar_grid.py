@@ -14,25 +14,25 @@ each in its own process: ``ac-train <algo> --env MinAtar/<Game>-v1 --frames N --
 --return-window 100 --out <rundir>`` (every other field: the recipe's MinAtar defaults,
 ``Config.for_env``; the network is :class:`~ac_extensions.modules.MinAtarCNN`).
 
-Peers (``sb3_ppo``, ``sb3_ppo_const``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``,
-``sb3_dqn_paper``) run in a child
+The Stable-Baselines3 and sb3-contrib baselines (``sb3_ppo``, ``sb3_ppo_const``, ``sb3_a2c``,
+``sb3_dqn``, ``sb3_qrdqn``, ``sb3_dqn_paper``) run in a child
 process of this script (``--child``) with the MinAtar torso and the settings (and their
-sources) that ``_minatar_peers.py`` describes.
+sources) that ``_minatar_sb3.py`` describes.
 
 Layout: each run lives in ``<results>/minatar/runs/<Game>/<algo>/seed<N>/`` with a
 ``summary.json`` (``frames``, ``wall_seconds``, ``fps``, ``final_mean_return`` = mean of the
 last 100 finished episodes, ``complete``) and ``logs/<algo>/scalars/train/return_window.csv``
 (``frames,value`` of the 100-episode moving mean; also ``train/return_window_size.csv`` and
-``time/seconds.csv``): what ``ac-train`` writes, and what the peers' child writes, so one
+``time/seconds.csv``): what ``ac-train`` writes, and what the SB3 runs' child writes, so one
 reader handles both. ``output.log`` keeps the run's stdout/stderr.
 
 Resumable: a run whose ``summary.json`` says ``complete: true`` (at a budget of at least
 ``--frames``) is skipped; an unfinished run of ours continues with ``ac-train --resume`` from
-its newest checkpoint, an unfinished peer from its own (:class:`PeerCheckpoint`: SB3's model
+its newest checkpoint, an unfinished SB3 run from its own (:class:`SB3Checkpoint`: SB3's model
 file, replay buffer and counters, saved every 5 minutes and when the run is stopped); a run
 with no checkpoint starts again. A resumed run starts new episodes where the stopped one had
 episodes in progress. Finished runs' ``checkpoints/`` are deleted (ACER's, Reactor's and the
-DQN peers' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs``
+SB3 DQNs' hold the replay, hundreds of MB each) unless ``--keep-checkpoints``. ``--jobs``
 runs (default 2) go at once, started seed by seed (every game's seed 1 before any seed 2:
 :func:`run_order`), each a subprocess with a time limit (``--timeout``; a run that
 hits it resumes on the next invocation); one line is printed per finished run, one per run in
@@ -52,7 +52,7 @@ whole default grid plus the runs selected (a run of part of the grid keeps every
 rows; ``--summary-only`` alone tabulates just the selection given):
 ``<results>/minatar.md`` and ``.json``: per game and algorithm the final mean return (median and
 min–max over seeds), frames and wall seconds until the 100-episode mean first reaches the best
-peer's final score (the highest median final return among the peers; median over seeds, a
+SB3 baseline's final score (the highest median final return among them; median over seeds, a
 seed that never gets there counting as never, "—" when the median never does), fps (median);
 the MinAtar paper's DQN and AC(λ) values beside them (5M frames, full action set: see
 ``PUBLISHED``), and how many planned runs are present. ``<results>/minatar.png``: one panel
@@ -80,21 +80,21 @@ from _grid_cli import (  # noqa: F401 (re-exported: the grid scripts read them h
     require,
     widen_to_grid,
 )
-from _minatar_peers import peer_settings, train_peer  # noqa: F401 (re-exported)
-from _peers import (  # noqa: F401 (re-exported: the grid scripts read them here)
+from _minatar_sb3 import sb3_settings, train_sb3  # noqa: F401 (re-exported)
+from _results import write_markdown
+from _sb3 import (  # noqa: F401 (re-exported: the grid scripts read them here)
     CHECKPOINT_MINUTES,
     CURVE,
     CURVE_SIZE,
     LOG_EVERY,
     SECONDS,
     WINDOW,
-    PeerCheckpoint,
-    PeerLog,
-    PeerStopped,
+    SB3Checkpoint,
+    SB3Log,
+    SB3Stopped,
     jsonable,
-    learn_peer,
+    learn_sb3,
 )
-from _results import write_markdown
 from _scheduler import (  # noqa: F401 (re-exported: the grid scripts read them here)
     DEADLINE_SKIPPED,
     DEADLINE_STOPPED,
@@ -133,12 +133,12 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 OURS = ("a2c", "ppo", "acer", "reactor")
-GRID_PEERS = ("sb3_ppo", "sb3_ppo_const", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
-"""The peers of the default grid (``make bench-minatar``)."""
-PEERS = (*GRID_PEERS, "sb3_dqn_paper")
-"""Every peer ``--algos`` accepts (``sb3_dqn_paper``: run by name only)."""
-GRID = OURS + GRID_PEERS
-ALGOS = OURS + PEERS
+GRID_SB3_ALGOS = ("sb3_ppo", "sb3_ppo_const", "sb3_a2c", "sb3_dqn", "sb3_qrdqn")
+"""The Stable-Baselines3 / sb3-contrib algorithms of the default grid (``make bench-minatar``)."""
+SB3_ALGOS = (*GRID_SB3_ALGOS, "sb3_dqn_paper")
+"""Every SB3 algorithm ``--algos`` accepts (``sb3_dqn_paper``: run by name only)."""
+GRID = OURS + GRID_SB3_ALGOS
+ALGOS = OURS + SB3_ALGOS
 
 PUBLISHED_SOURCE = (
     "Young & Tian 2019 (arXiv:1903.03176; figure `img/learning_curves.gif` of kenjyoung/MinAtar, "
@@ -208,7 +208,7 @@ def run_order(games, algos, seeds) -> list[Run]:
 def action(run: Run, results: Path, frames: int) -> str:
     """``"done"`` (complete at this budget), ``"resume"`` (a checkpoint) or ``"fresh"``.
 
-    Ours resume with ``ac-train --resume``, peers from their :class:`PeerCheckpoint`.
+    Ours resume with ``ac-train --resume``, the SB3 runs from their :class:`SB3Checkpoint`.
     """
     directory = run.directory(results)
     if complete_at(read_summary(directory), frames):
@@ -221,7 +221,7 @@ def action(run: Run, results: Path, frames: int) -> str:
 def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
     """The command line of one run (``how``: ``"fresh"`` or ``"resume"``)."""
     directory = run.directory(results)
-    if run.algo in PEERS:  # the child continues from a checkpoint of its own when there is one
+    if run.algo in SB3_ALGOS:  # the child continues from a checkpoint of its own when there is one
         script = str(Path(__file__).resolve())
         child = ["--child", run.algo, run.game, str(run.seed), str(frames), str(directory)]
         return [sys.executable, script, *child]
@@ -264,7 +264,7 @@ def run_grid(runs: list, args: argparse.Namespace, action_of=None, execute_run=N
 
 
 # ---------------------------------------------------------------------------------------------
-# Peers (the --child process)
+# Stable-Baselines3 runs (the --child process)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,14 +319,14 @@ def summarize(results: Path, games, algos, seeds, complete_only: bool = False) -
             ]
             present += len(runs[algo])
             complete += sum(r["complete"] for r in runs[algo])
-        peer_medians = {
-            a: median(r["final_mean_return"] for r in runs[a]) for a in PEERS if a in runs
+        sb3_medians = {
+            a: median(r["final_mean_return"] for r in runs[a]) for a in SB3_ALGOS if a in runs
         }
-        peer_medians = {a: m for a, m in peer_medians.items() if m is not None}
-        best = max(peer_medians, key=peer_medians.get) if peer_medians else None
-        target = peer_medians[best] if best else None
+        sb3_medians = {a: m for a, m in sb3_medians.items() if m is not None}
+        best = max(sb3_medians, key=sb3_medians.get) if sb3_medians else None
+        target = sb3_medians[best] if best else None
         per_game[game] = {
-            "target": {"peer": best, "return": target},
+            "target": {"algorithm": best, "return": target},
             "algorithms": {
                 a: algo_stats(runs[a], target) | {"runs": runs[a]} for a in algos if runs[a]
             },
@@ -353,7 +353,7 @@ def game_table(game: str, data: dict[str, Any], planned_seeds: int) -> list[str]
             f"## {game}",
             "",
             f"Target: {target['return']:.2f}, the final score of the best Stable-Baselines3 run "
-            f"({target['peer']}, median over its seeds).",
+            f"({target['algorithm']}, median over its seeds).",
             "",
         ]
     lines += [
@@ -429,7 +429,7 @@ def markdown(
     partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     seeds = " ".join(map(str, args.seeds))
     only = " --complete-only" if args.complete_only else ""
-    peers = ", ".join(a for a in args.algos if a in PEERS)
+    sb3 = ", ".join(a for a in args.algos if a in SB3_ALGOS)
     lines = [
         "# MinAtar: ac_extensions recipes vs Stable-Baselines3 and sb3-contrib",
         "",
@@ -439,7 +439,7 @@ def markdown(
         f"settings and their sources: the docstring of `benchmarks/minatar_grid.py`). Envs "
         f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
         f"{args.frames:,} frames, ours through `ac-train`, Stable-Baselines3 and sb3-contrib "
-        f"({peers}) with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
+        f"({sb3}) with the same MinAtar CNN torso; {args.jobs} runs at a time on this machine.",
         "",
         "Their settings: sb3_dqn with the MinAtar paper's DQN settings (its `examples/dqn.py`, "
         "centred RMSProp lr 2.5e-4 included) but one update per 4 frames (Nature DQN's rate; "
@@ -481,7 +481,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
         title=lambda game: f"MinAtar/{game}-v1",
         xlabel="frames",
         algos=ALGOS,
-        peers=PEERS,
+        sb3_algos=SB3_ALGOS,
         caption="median over seeds; band: min–max; dashed: Stable-Baselines3, sb3-contrib",
     )
 
@@ -492,7 +492,7 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     results.mkdir(parents=True, exist_ok=True)
     md = results / "minatar.md"
     ours = [a for a in OURS if a in args.algos]
-    estimates = intervals.estimates(summary, ours, [a for a in PEERS if a in args.algos])
+    estimates = intervals.estimates(summary, ours, [a for a in SB3_ALGOS if a in args.algos])
     write_markdown(md, markdown(summary, args, estimates))
     grid = {k: getattr(args, k) for k in ("games", "algos", "seeds", "frames")}
     data = {"grid": grid, "published_source": PUBLISHED_SOURCE} | strip_curves(summary)
@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     if not args.summary_only:
         needed = {"minatar"}
-        if set(args.algos) & set(PEERS):
+        if set(args.algos) & set(SB3_ALGOS):
             needed.add("stable_baselines3")
         if "sb3_qrdqn" in args.algos:
             needed.add("sb3_contrib")
@@ -541,9 +541,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def child(argv: list[str]) -> int:
-    """``--child ALGO GAME SEED FRAMES OUT``: train one peer."""
+    """``--child ALGO GAME SEED FRAMES OUT``: train one SB3 baseline."""
     algo, game, seed, frames, out = argv
-    summary = train_peer(algo, game, int(seed), int(frames), Path(out))
+    summary = train_sb3(algo, game, int(seed), int(frames), Path(out))
     if summary is None:
         return 128 + signal.SIGTERM  # stopped, its checkpoint saved
     print(

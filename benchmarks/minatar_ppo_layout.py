@@ -5,7 +5,7 @@ SB3's MinAtar setting) collected by 2 worker processes of 4 environments each (t
 ``PPOConfig`` MinAtar default) or by 1 worker of 8; the learner with torch's default threads or
 one; actor and critic with separate MinAtar torsos or one shared torso (``share_torso``). Each
 variant trains ``--frames`` frames of MinAtar Breakout with ``PPOConfig.for_env``'s settings
-otherwise; fps counts the frames after the first two batches (start-up excluded). The peer,
+otherwise; fps counts the frames after the first two batches (start-up excluded). The baseline,
 Stable-Baselines3 PPO with rl-baselines3-zoo's Atari settings on the same torso (the
 ``sb3_ppo`` of ``minatar_grid.py``, one torch thread), is timed the same way from its own log
 (the frames after its first 2,048). Variants alternate run by run, ``--repeats`` times, so
@@ -77,8 +77,8 @@ batch shortens to 64 or 32 steps). ``async``:
 the worker collects the next batch while the learner trains on this one (TorchRL's
 ``MultiAsyncCollector``), so on 2 cores collection and update overlap instead of alternating;
 the batch was collected by the policy of one update earlier."""
-PEER = "sb3_ppo"
-"""The Stable-Baselines3 PPO variant (``minatar_grid.py``'s peer)."""
+SB3_PPO = "sb3_ppo"
+"""The Stable-Baselines3 PPO variant (``minatar_grid.py``'s SB3 PPO baseline)."""
 WARMUP = 2 * 1024
 """Frames left out of every fps: the first two batches."""
 
@@ -125,23 +125,23 @@ def child(overrides: dict, frames: int) -> None:
     report(last - first, start, (time.perf_counter(), tree_cpu_seconds()))
 
 
-def peer_child(frames: int) -> None:
-    """Train SB3 PPO (``minatar_grid.train_peer``) and report its fps after :data:`WARMUP`."""
+def sb3_child(frames: int) -> None:
+    """Train SB3 PPO (``minatar_grid.train_sb3``) and report its fps after :data:`WARMUP`."""
     import tempfile
 
     import minatar_grid
 
     marks: dict[str, tuple] = {}
-    step = minatar_grid.PeerLog.step
+    step = minatar_grid.SB3Log.step
 
     def marked_step(self, now: int, force: bool = False) -> None:
         if "start" not in marks and now >= WARMUP:
             marks["start"] = (now, time.perf_counter(), tree_cpu_seconds())
         step(self, now, force)
 
-    minatar_grid.PeerLog.step = marked_step
+    minatar_grid.SB3Log.step = marked_step
     with tempfile.TemporaryDirectory() as out:
-        summary = minatar_grid.train_peer(PEER, "Breakout", 1, frames, Path(out))
+        summary = minatar_grid.train_sb3(SB3_PPO, "Breakout", 1, frames, Path(out))
     end = (time.perf_counter(), tree_cpu_seconds())
     first, *start = marks["start"]
     report(summary["frames"] - first, tuple(start), end)
@@ -149,7 +149,7 @@ def peer_child(frames: int) -> None:
 
 def run_variant(name: str, frames: int) -> dict[str, float]:
     """One run of variant ``name`` in a fresh process: ``{"fps", "cpu_fps"}``."""
-    what = ["--peer"] if name == PEER else ["--child", json.dumps(LAYOUTS[name])]
+    what = ["--sb3"] if name == SB3_PPO else ["--child", json.dumps(LAYOUTS[name])]
     out = subprocess.run(
         [sys.executable, __file__, *what, str(frames)],
         capture_output=True,
@@ -165,7 +165,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=61_440)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--variants", nargs="+", default=[*LAYOUTS, PEER], choices=[*LAYOUTS, PEER])
+    parser.add_argument(
+        "--variants", nargs="+", default=[*LAYOUTS, SB3_PPO], choices=[*LAYOUTS, SB3_PPO]
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "minatar_ppo_layout.md")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.variants}
@@ -179,7 +181,7 @@ def main() -> None:
         for name, values in runs.items()
     }
     base = next(iter(medians.values()))
-    peer = medians.get(PEER)
+    sb3 = medians.get(SB3_PPO)
 
     def ratio(name: str, key: str, to: dict | None) -> str:
         return "—" if to is None else f"{medians[name][key] / to[key]:.2f}×"
@@ -197,16 +199,16 @@ def main() -> None:
         rows.append(
             f"| {name} | {medians[name]['fps']:,.0f} | "
             f"{listed(values, 'fps')} | {ratio(name, 'fps', base)} | "
-            f"{ratio(name, 'fps', peer)} | {medians[name]['cpu_fps']:,.0f} | "
+            f"{ratio(name, 'fps', sb3)} | {medians[name]['cpu_fps']:,.0f} | "
             f"{listed(values, 'cpu_fps')} | "
-            f"{ratio(name, 'cpu_fps', peer)} |"
+            f"{ratio(name, 'cpu_fps', sb3)} |"
         )
     text = (
         "# PPO on MinAtar Breakout: collection and network layout, fps beside SB3 PPO\n\n"
         f"Command: `python benchmarks/minatar_ppo_layout.py --repeats {args.repeats}"
         + (
             ""
-            if args.variants == [*LAYOUTS, PEER]
+            if args.variants == [*LAYOUTS, SB3_PPO]
             else " --variants " + " ".join(f'"{name}"' for name in args.variants)
         )
         + ("" if args.out == RESULTS / "minatar_ppo_layout.md" else f" --out {args.out}")
@@ -215,7 +217,7 @@ def main() -> None:
         "after the first two batches, variants "
         "alternating run by run; every variant collects 1,024 frames per batch, 8 envs × 128 "
         "steps unless named otherwise; "
-        f"{PEER}: `minatar_grid.py`'s SB3 PPO peer).\n\n" + "\n".join(rows) + "\n"
+        f"{SB3_PPO}: `minatar_grid.py`'s SB3 PPO baseline).\n\n" + "\n".join(rows) + "\n"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_markdown(args.out, text)
@@ -226,7 +228,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(json.loads(sys.argv[2]), int(sys.argv[3]))
-    elif len(sys.argv) > 1 and sys.argv[1] == "--peer":
-        peer_child(int(sys.argv[2]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--sb3":
+        sb3_child(int(sys.argv[2]))
     else:
         main()

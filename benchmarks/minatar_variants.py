@@ -18,7 +18,7 @@ Studies (:data:`STUDIES`):
   shared torso (``--share-torso true``; the MinAtar paper's AC(λ) and SB3's ``CnnPolicy``
   share one).
 - ``ppo_epochs``: PPO with 4 epochs per batch (rl-baselines3-zoo's Atari PPO, what the grid's
-  ``sb3_ppo`` peer runs) instead of the PPO paper's 3 (the recipe's MinAtar default; its runs
+  ``sb3_ppo`` baseline runs) instead of the PPO paper's 3 (the recipe's MinAtar default; its runs
   are the grid's ``ppo`` rows, the same command without ``--epochs``).
 - ``reactor_acting``: Reactor with 4 environment frames per learner step (the paper's "4–6
   acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
@@ -46,7 +46,7 @@ Studies (:data:`STUDIES`):
   of one update earlier).
 - ``acer_lr``: ACER's Adam step size at 1e-4 and 5e-4 around the MinAtar default 2.5e-4 (the
   MinAtar DQN's, taken over untested; the grid's ``acer`` rows). The games to screen first are
-  the two where the QR-DQN peer beats ACER, Asterix and Seaquest.
+  the two where the SB3 QR-DQN beats ACER, Asterix and Seaquest.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``

@@ -29,21 +29,21 @@ Ours run through the CLI exactly as users run it, each in its own process:
   settings, A2C SB3's defaults: :class:`~ac_extensions.recipes.ppo.PPOConfig`,
   :class:`~ac_extensions.recipes.a2c.A2CConfig`).
 
-The peer ``sb3_a2c`` is SB3 A2C with its defaults, as rl-baselines3-zoo's ``hyperparams/a2c.yml``
-runs it on the MuJoCo ``-v4`` tasks (``normalize: true``, one env). The peer ``sb3_ppo`` runs in
-a child process of this script (``--child``), as ``sb3_a2c`` does: SB3 PPO with
-rl-baselines3-zoo's tuned settings for these tasks (``hyperparams/ppo.yml``, the ``-v3``
-entries, commit 00128b5d; :data:`ZOO_PPO`), including the zoo's ``normalize: true``
+The Stable-Baselines3 baseline ``sb3_a2c`` is SB3 A2C with its defaults, as rl-baselines3-zoo's
+``hyperparams/a2c.yml`` runs it on the MuJoCo ``-v4`` tasks (``normalize: true``, one env). The
+baseline ``sb3_ppo`` runs in a child process of this script (``--child``), as ``sb3_a2c``
+does: SB3 PPO with rl-baselines3-zoo's tuned settings for these tasks (``hyperparams/ppo.yml``,
+the ``-v3`` entries, commit 00128b5d; :data:`ZOO_PPO`), including the zoo's ``normalize: true``
 (``VecNormalize`` of observations and rewards, its γ the agent's γ, as the zoo sets it), one
 env, gymnasium's task as it is (SB3 clips actions to the bounds itself), one torch thread. Its
 logged return is the raw episode return (the ``Monitor`` under ``VecNormalize``).
 
 Layout, resumability and the summary are the MinAtar grid's (the harness modules
-``_scheduler``, ``_peers``, ``_summary``): each run lives in
+``_scheduler``, ``_sb3``, ``_summary``): each run lives in
 ``<results>/mujoco/runs/<Task>/<algo>/seed<N>/`` with ``summary.json`` and
 ``logs/<algo>/scalars/train/return_window.csv`` (the 100-episode training mean); a complete run
 is skipped, an unfinished one resumes from its checkpoint (ours with ``ac-train --resume``,
-the peer from its ``_peers.PeerCheckpoint``, ``VecNormalize`` statistics included);
+the SB3 runs from their ``_sb3.SB3Checkpoint``, ``VecNormalize`` statistics included);
 ``--jobs`` (default 2) runs at once. Output
 ``<results>/mujoco.{md,json,png}``: per task and algorithm the final mean return (mean of the
 last 100 training episodes at the end of the run; median and min–max over seeds), fps, the
@@ -69,16 +69,16 @@ sys.path.insert(0, str(HERE))
 import _intervals as intervals  # noqa: E402
 import _scheduler as scheduler  # noqa: E402
 from _grid_cli import add_grid_arguments, prepare, report, require, widen_to_grid  # noqa: E402
-from _peers import CHECKPOINT_MINUTES, WINDOW, PeerCheckpoint, PeerLog, jsonable, learn_peer  # noqa: E402
 from _results import write_markdown  # noqa: E402
+from _sb3 import CHECKPOINT_MINUTES, WINDOW, SB3Checkpoint, SB3Log, jsonable, learn_sb3  # noqa: E402
 from _scheduler import ac_train, complete_at, has_checkpoint, read_summary  # noqa: E402
 from _summary import algo_stats, fmt, median, plot_curves, read_run, strip_curves  # noqa: E402
 
 RESULTS = HERE / "results"
 TASKS = ("HalfCheetah", "Hopper", "Walker2d")
 OURS = ("acer", "acer_paper", "ppo", "a2c")
-PEERS = ("sb3_ppo", "sb3_a2c")
-ALGOS = OURS + PEERS
+SB3_ALGOS = ("sb3_ppo", "sb3_a2c")
+ALGOS = OURS + SB3_ALGOS
 DEFAULT_ALGOS = ("acer", "ppo", "a2c", "sb3_ppo", "sb3_a2c")
 
 _POLICY_256 = {"log_std_init": -2, "ortho_init": False, "activation_fn": "ReLU", "net_arch": 256}
@@ -209,7 +209,7 @@ def action(run: Run, results: Path, frames: int) -> str:
 def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
     """The command line of one run (``how``: ``"fresh"`` or ``"resume"``)."""
     directory = run.directory(results)
-    if run.algo in PEERS:
+    if run.algo in SB3_ALGOS:
         child = ["--child", run.algo, run.task, str(run.seed), str(frames), str(directory)]
         return [sys.executable, str(Path(__file__).resolve()), *child]
     every = ["--checkpoint-minutes", f"{CHECKPOINT_MINUTES:g}"]
@@ -251,10 +251,10 @@ def run_grid(runs: list[Run], args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The peer (the --child process)
+# The Stable-Baselines3 runs (the --child process)
 
 
-def peer_settings(task: str) -> dict[str, Any]:
+def sb3_settings(task: str) -> dict[str, Any]:
     """SB3 ``PPO`` keywords for ``task`` (:data:`ZOO_PPO`, policy keywords made real)."""
     from torch import nn
 
@@ -271,8 +271,8 @@ def peer_settings(task: str) -> dict[str, Any]:
     return settings
 
 
-def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict | None:
-    """Train a SB3 peer to ``frames`` on ``task`` in ``out`` (resuming its checkpoint if any).
+def train_sb3(algo: str, task: str, seed: int, frames: int, out: Path) -> dict | None:
+    """Train a SB3 baseline to ``frames`` on ``task`` in ``out`` (resuming its checkpoint if any).
 
     ``sb3_ppo``: PPO with :data:`ZOO_PPO`; ``sb3_a2c``: A2C with SB3's defaults, which the
     zoo's ``hyperparams/a2c.yml`` uses for the MuJoCo ``-v4`` tasks (``normalize: true``, one
@@ -287,11 +287,11 @@ def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict 
 
     torch.set_num_threads(1)
     env_id = f"{task}-v5"
-    settings = peer_settings(task) if algo == "sb3_ppo" else {}
+    settings = sb3_settings(task) if algo == "sb3_ppo" else {}
     gamma = settings.get("gamma", 0.99)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": 1, "normalize": True}
-    log = PeerLog(out, algo, env_id, seed, frames, config | jsonable(settings))
-    checkpoint = PeerCheckpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
+    log = SB3Log(out, algo, env_id, seed, frames, config | jsonable(settings))
+    checkpoint = SB3Checkpoint(out, extra_save=lambda d: env.save(str(d / NORMALIZE)))
     saved = checkpoint.latest()
     venv = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=seed + checkpoint.saved_frames())
     if saved is None:
@@ -300,13 +300,13 @@ def train_peer(algo: str, task: str, seed: int, frames: int, out: Path) -> dict 
         env = VecNormalize.load(str(saved / NORMALIZE), venv)
     cls = PPO if algo == "sb3_ppo" else A2C
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
-    complete = learn_peer(model, log, checkpoint, frames, seed)
+    complete = learn_sb3(model, log, checkpoint, frames, seed)
     env.close()
     return read_summary(out) if complete else None
 
 
 NORMALIZE = "vecnormalize.pkl"
-"""The peer checkpoint's file of ``VecNormalize`` statistics."""
+"""The SB3 checkpoint's file of ``VecNormalize`` statistics."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,7 +410,7 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
         title=lambda task: f"{task}-v5",
         xlabel="environment steps",
         algos=ALGOS,
-        peers=PEERS,
+        sb3_algos=SB3_ALGOS,
         caption="median over seeds; band: min–max; dashed: SB3 PPO",
     )
 
@@ -421,7 +421,7 @@ def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     results.mkdir(parents=True, exist_ok=True)
     md = results / "mujoco.md"
     ours = [a for a in OURS if a in args.algos]
-    estimates = intervals.estimates(summary, ours, [a for a in PEERS if a in args.algos])
+    estimates = intervals.estimates(summary, ours, [a for a in SB3_ALGOS if a in args.algos])
     write_markdown(md, markdown(summary, args, estimates))
     setup = {k: getattr(args, k) for k in ("tasks", "algos", "seeds", "frames")}
     data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | strip_curves(summary)
@@ -454,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     args = prepare(build_parser().parse_args(argv))
     failures = 0
     if not args.summary_only:
-        peers = {"stable_baselines3"} if set(args.algos) & set(PEERS) else set()
-        require({"mujoco"} | peers, "bench,mujoco")
+        sb3 = {"stable_baselines3"} if set(args.algos) & set(SB3_ALGOS) else set()
+        require({"mujoco"} | sb3, "bench,mujoco")
         failures = run_grid(plan(args.tasks, args.algos, args.seeds), args)
         widen_to_grid(args, "tasks", TASKS, DEFAULT_ALGOS, ALGOS)
     summary = summarize(args.results, args.tasks, args.algos, args.seeds)
@@ -463,9 +463,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def child(argv: list[str]) -> int:
-    """``--child ALGO TASK SEED FRAMES OUT``: train one peer."""
+    """``--child ALGO TASK SEED FRAMES OUT``: train one SB3 baseline."""
     algo, task, seed, frames, out = argv
-    summary = train_peer(algo, task, int(seed), int(frames), Path(out))
+    summary = train_sb3(algo, task, int(seed), int(frames), Path(out))
     if summary is None:
         return 128 + signal.SIGTERM  # stopped, its checkpoint saved
     print(

@@ -2,7 +2,7 @@
 
 For each env, our PPO (``PPOConfig.for_env``: the recipe's defaults for the env's family) and
 SB3 PPO at the same settings (batch, epochs, minibatch, network, normalisation; MinAtar: the
-``sb3_ppo_const`` peer of the MinAtar grid; MuJoCo: SB3's PPO defaults, which are the PPO
+``sb3_ppo_const`` baseline of the MinAtar grid; MuJoCo: SB3's PPO defaults, which are the PPO
 paper's, with ``VecNormalize``) each train ``--frames`` frames in a fresh subprocess, one
 after the other and alternating (ours, SB3, ours, SB3, ...) ``--repeats`` times, so a change
 of machine load hits both alike. fps counts the whole run from before the model is built;
@@ -57,9 +57,9 @@ def sb3(env_id: str, frames: int) -> dict:
     n_envs = config.workers * config.envs_per_worker
     env = make_vec_env(lambda: make_gym_env(env_id), n_envs=n_envs, seed=1)
     if env_family(env_id) == "minatar":
-        from _minatar_peers import peer_settings
+        from _minatar_sb3 import sb3_settings
 
-        settings = peer_settings("sb3_ppo_const", frames)
+        settings = sb3_settings("sb3_ppo_const", frames)
     else:
         env = VecNormalize(env, gamma=config.gamma)
         settings = dict(

@@ -62,34 +62,34 @@ def test_estimates_normalise_by_the_best_other_library_and_judge(intervals):
             "A": {
                 "algorithms": {
                     "ours": {"runs": [run(1, 20.0), run(2, 22.0), run(3, 24.0)]},
-                    "peer1": {"runs": [run(1, 10.0), run(2, 10.0), run(3, 10.0)]},
-                    "peer2": {"runs": [run(1, 4.0), run(2, 6.0), run(3, 99.0, complete=False)]},
+                    "theirs1": {"runs": [run(1, 10.0), run(2, 10.0), run(3, 10.0)]},
+                    "theirs2": {"runs": [run(1, 4.0), run(2, 6.0), run(3, 99.0, complete=False)]},
                 }
             },
             "B": {
                 "algorithms": {
                     "ours": {"runs": [run(1, 1.0), run(2, 1.5), run(3, 2.0)]},
-                    "peer1": {"runs": [run(1, 2.0), run(2, 2.0), run(3, 2.0)]},
-                    "peer2": {"runs": [run(1, 4.0), run(2, 4.0)]},
+                    "theirs1": {"runs": [run(1, 2.0), run(2, 2.0), run(3, 2.0)]},
+                    "theirs2": {"runs": [run(1, 4.0), run(2, 4.0)]},
                 }
             },
         }
     }
-    data = intervals.estimates(summary, ["ours"], ["peer1", "peer2"])
+    data = intervals.estimates(summary, ["ours"], ["theirs1", "theirs2"])
     # best other library's mean per game; the unfinished run is left out
     assert data["reference"] == {"A": 10.0, "B": 4.0}
-    assert data["per_game"]["A"]["peer2"]["runs"] == 2
+    assert data["per_game"]["A"]["theirs2"]["runs"] == 2
     assert data["per_game"]["A"]["ours"]["mean"][0] == pytest.approx(22.0)
     # ours normalised: A 2.0-2.4, B 0.25-0.5; mean of all six = (2+2.2+2.4+.25+.375+.5)/6
     assert data["aggregate"]["ours"]["mean"][0] == pytest.approx(7.725 / 6)
-    assert data["aggregate"]["peer2"]["runs"] == 2  # seeds complete on both games
-    # P(ours > peer1), per game over all run pairs (a tie counts half), then averaged: on A
+    assert data["aggregate"]["theirs2"]["runs"] == 2  # seeds complete on both games
+    # P(ours > theirs1), per game over all run pairs (a tie counts half), then averaged: on A
     # every pair is won (1); on B ours 0.25, 0.375, 0.5 against 0.5 three times: 0.5/3
-    versus = data["improvement"]["ours > peer1"]
+    versus = data["improvement"]["ours > theirs1"]
     assert versus["probability"][0] == pytest.approx((1 + 0.5 / 3) / 2)
     assert versus["verdict"] == "level"
     lines = intervals.markdown(data)
-    assert any(line.startswith("| ours > peer1 | 0.58 [") for line in lines)
+    assert any(line.startswith("| ours > theirs1 | 0.58 [") for line in lines)
     assert "| A | ours | 3 | 22.00 [" in "\n".join(lines)
 
 
@@ -116,18 +116,18 @@ def test_a_game_with_a_reference_of_zero_or_below_is_left_out_of_the_aggregate(i
             "A": {
                 "algorithms": {
                     "ours": {"runs": [run(1, 2.0), run(2, 3.0)]},
-                    "peer": {"runs": [run(1, 1.0), run(2, 1.0)]},
+                    "theirs": {"runs": [run(1, 1.0), run(2, 1.0)]},
                 }
             },
             "B": {
                 "algorithms": {
                     "ours": {"runs": [run(1, -2.0), run(2, -1.0)]},
-                    "peer": {"runs": [run(1, -5.0), run(2, -3.0)]},
+                    "theirs": {"runs": [run(1, -5.0), run(2, -3.0)]},
                 }
             },
         }
     }
-    data = intervals.estimates(summary, ["ours"], ["peer"])
+    data = intervals.estimates(summary, ["ours"], ["theirs"])
     assert data["normalised_games"] == ["A"] and data["left_out"] == ["B"]
     assert data["aggregate"]["ours"]["mean"][0] == pytest.approx(2.5)
     assert "(B left out: its reference score is not positive)" in "\n".join(

@@ -59,7 +59,7 @@ def make_grid(bench, root: Path) -> None:
     def d(algo, seed):
         return bench.Run("Breakout", algo, seed).directory(root)
 
-    # Peers: sb3_dqn finals 4, 6, 5 (median 5: the target); sb3_ppo 2, 3 (seed 3 missing).
+    # SB3 baselines: sb3_dqn finals 4, 6, 5 (median 5: the target); sb3_ppo 2, 3 (seed 3 missing).
     for seed, final in ((1, 4.0), (2, 6.0), (3, 5.0)):
         fake_run(d("sb3_dqn", seed), "sb3_dqn", seed, final=final, curve=[(3000, final, 100, 10.0)])
     for seed, final in ((1, 2.0), (2, 3.0)):
@@ -100,7 +100,7 @@ def test_summary_of_fabricated_runs(bench, tmp_path):
     summary = bench.summarize(tmp_path, ["Breakout"], algos, seeds)
     assert (summary["planned"], summary["present"], summary["complete"]) == (9, 8, 7)
     game = summary["games"]["Breakout"]
-    assert game["target"] == {"peer": "sb3_dqn", "return": 5.0}
+    assert game["target"] == {"algorithm": "sb3_dqn", "return": 5.0}
     ppo = game["algorithms"]["ppo"]
     assert (ppo["seeds"], ppo["unfinished"]) == (3, 1)
     assert (ppo["final_median"], ppo["final_min"], ppo["final_max"]) == (6.0, 3.0, 7.0)
@@ -115,9 +115,9 @@ def test_summary_of_fabricated_runs(bench, tmp_path):
     dqn = game["algorithms"]["sb3_dqn"]
     assert (dqn["final_median"], dqn["final_min"], dqn["final_max"]) == (5.0, 4.0, 6.0)
     assert (dqn["target_reached"], dqn["frames_to_target"]) == (2, 3000)  # never, 3000, 3000
-    peer = game["algorithms"]["sb3_ppo"]
-    assert (peer["seeds"], peer["final_median"]) == (2, 2.5)
-    assert (peer["target_reached"], peer["frames_to_target"], peer["seconds_to_target"]) == (
+    sb3 = game["algorithms"]["sb3_ppo"]
+    assert (sb3["seeds"], sb3["final_median"]) == (2, 2.5)
+    assert (sb3["target_reached"], sb3["frames_to_target"], sb3["seconds_to_target"]) == (
         0,
         None,
         None,
@@ -176,7 +176,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     assert bench.main(part) == 0
     assert started == [bench.Run("Freeway", "sb3_dqn_paper", 4), bench.Run("Freeway", "ppo", 4)]
     md = (tmp_path / "minatar.md").read_text()
-    grid = " ".join(bench.GRID)  # the whole grid, in its order, and the selection's extra peer
+    grid = " ".join(bench.GRID)  # the whole grid, in its order, and the selection's extra one
     games = " ".join(bench.GAMES)
     assert f"--games {games} --algos {grid} sb3_dqn_paper --seeds 1 2 3 4 --frames 3000" in md
     assert "Runs present: 7 of 200 planned (7 complete)" in md  # 5 games x 10 algos x 4 seeds
@@ -594,24 +594,24 @@ def test_tiny_real_grid(bench, tmp_path):
     assert data["grid"]["games"] == list(bench.GAMES) and data["grid"]["seeds"] == [1, 2, 3]
 
 
-def test_sb3_a2c_peer_has_the_zoo_settings_and_runs(bench, tmp_path):
+def test_sb3_a2c_has_the_zoo_settings_and_runs(bench, tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("minatar")
-    settings = bench.peer_settings("sb3_a2c", 1_600)
+    settings = bench.sb3_settings("sb3_a2c", 1_600)
     assert (settings["n_steps"], settings["vf_coef"], settings["ent_coef"]) == (5, 0.25, 0.01)
     assert settings["learning_rate"] == 7e-4 and settings["gae_lambda"] == 1.0
     assert settings["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-5}
-    assert "sb3_a2c" in bench.PEERS
+    assert "sb3_a2c" in bench.SB3_ALGOS
     out = bench.Run("Breakout", "sb3_a2c", 1).directory(tmp_path)
-    summary = bench.train_peer("sb3_a2c", "Breakout", 1, 1_600, out)
+    summary = bench.train_sb3("sb3_a2c", "Breakout", 1, 1_600, out)
     assert summary["complete"] and summary["frames"] >= 1_600  # 16 envs × 5 steps per update
     assert (out / "logs" / "sb3_a2c" / "scalars" / "train" / "return_window.csv").is_file()
 
 
-def test_dqn_peers_update_every_four_frames_but_the_paper_peer_every_frame(bench):
+def test_sb3_dqns_update_every_four_frames_but_the_paper_rate_one_every_frame(bench):
     pytest.importorskip("stable_baselines3")
     dqn, paper, qrdqn = (
-        bench.peer_settings(algo, 1_000_000) for algo in ("sb3_dqn", "sb3_dqn_paper", "sb3_qrdqn")
+        bench.sb3_settings(algo, 1_000_000) for algo in ("sb3_dqn", "sb3_dqn_paper", "sb3_qrdqn")
     )
     assert (dqn["train_freq"], paper["train_freq"], qrdqn["train_freq"]) == (4, 1, 4)
     # sb3_dqn and sb3_dqn_paper differ in the update rate only (as the runs record them).
@@ -624,9 +624,9 @@ def test_dqn_peers_update_every_four_frames_but_the_paper_peer_every_frame(bench
     assert qrdqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 0.01 / 32}
 
 
-def test_the_paper_rate_dqn_peer_runs_by_name_only(bench):
-    """``sb3_dqn_paper`` is a peer --algos accepts, outside the default grid and its gaps."""
-    assert "sb3_dqn_paper" in bench.PEERS and "sb3_dqn_paper" not in bench.GRID
+def test_the_paper_rate_sb3_dqn_runs_by_name_only(bench):
+    """``sb3_dqn_paper`` is an SB3 baseline --algos takes, outside the default grid and its gaps."""
+    assert "sb3_dqn_paper" in bench.SB3_ALGOS and "sb3_dqn_paper" not in bench.GRID
     assert bench.build_parser().parse_args([]).algos == list(bench.GRID)
     assert bench.build_parser().parse_args(["--algos", "sb3_dqn_paper"]).algos == ["sb3_dqn_paper"]
     command = bench.command(bench.Run("Breakout", "sb3_dqn_paper", 1), Path("r"), 100, "fresh")
@@ -636,8 +636,8 @@ def test_the_paper_rate_dqn_peer_runs_by_name_only(bench):
 def sigterm_once(summary: Path, frames: int, deadline: float = 60.0) -> threading.Thread:
     """A thread that sends this process SIGTERM once ``summary`` reports ``frames`` or more.
 
-    What the grid does to a peer it stops (``_stop_runs``), without a second process. It only
-    signals while a handler other than the default one is installed (the peer's), so a run that
+    What the grid does to an SB3 run it stops (``_stop_runs``), without a second process. It only
+    signals while a handler other than the default one is installed (the SB3 run's), so a run that
     ends first fails its test instead of killing pytest.
     """
 
@@ -664,15 +664,15 @@ def csv_rows(run: Path, algo: str, name: str) -> list[tuple[float, float]]:
     return [tuple(map(float, line.split(","))) for line in text.splitlines() if line.strip()]
 
 
-def test_peer_checkpoint_restores_parameters_optimizer_counters_replay_and_log(bench, tmp_path):
+def test_sb3_checkpoint_restores_parameters_optimizer_counters_replay_and_log(bench, tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("minatar")
     import torch
 
-    settings = bench.peer_settings("sb3_dqn", 3_000) | {"buffer_size": 1_000}
+    settings = bench.sb3_settings("sb3_dqn", 3_000) | {"buffer_size": 1_000}
     settings["learning_starts"] = 500
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the peers run (much faster beside other jobs)
+    torch.set_num_threads(1)  # as the SB3 baselines run (much faster beside other jobs)
     try:
         check_roundtrip(bench, tmp_path, settings)
     finally:
@@ -691,7 +691,7 @@ def check_roundtrip(bench, tmp_path, settings):
     def build(out):
         env = make_vec_env(lambda: make_gym_env("MinAtar/Breakout-v1"), n_envs=1, seed=1)
         model = DQN("MlpPolicy", env, seed=1, device="cpu", **settings)
-        return model, bench.PeerLog(out, "sb3_dqn", "MinAtar/Breakout-v1", 1, 3_000, {})
+        return model, bench.SB3Log(out, "sb3_dqn", "MinAtar/Breakout-v1", 1, 3_000, {})
 
     model, log = build(tmp_path)
     model.learn(600)  # 100 updates after learning starts: optimiser state to restore
@@ -700,7 +700,7 @@ def check_roundtrip(bench, tmp_path, settings):
     log.step(model.num_timesteps, force=True)
     log.step(model.num_timesteps + 500, force=True)  # a row the stopped run wrote after saving
     log.frames = model.num_timesteps
-    checkpoint = bench.PeerCheckpoint(tmp_path)
+    checkpoint = bench.SB3Checkpoint(tmp_path)
     assert checkpoint.latest() is None and checkpoint.saved_frames() == 0
     assert checkpoint.save(model, log, final=False) is None  # not `every` seconds yet
     path = checkpoint.save(model, log)
@@ -709,7 +709,7 @@ def check_roundtrip(bench, tmp_path, settings):
     assert sorted(p.name for p in path.iterdir()) == ["model.zip", "replay.pkl", "state.pt"]
 
     other, other_log = build(tmp_path)
-    assert bench.PeerCheckpoint(tmp_path / "nothing").restore(other, other_log) == 0
+    assert bench.SB3Checkpoint(tmp_path / "nothing").restore(other, other_log) == 0
     assert checkpoint.restore(other, other_log) == 600
     loaded = other.policy.state_dict()
     for name, value in model.policy.state_dict().items():  # q_net and q_net_target
@@ -738,14 +738,14 @@ def check_roundtrip(bench, tmp_path, settings):
     assert names == ["ckpt-000000700", "latest"]
 
 
-def test_a_peer_checkpoint_that_cannot_be_written_keeps_the_previous_one(bench, tmp_path):
-    """A periodic peer save that fails (a full disk) warns and keeps the older checkpoint.
+def test_an_sb3_checkpoint_that_cannot_be_written_keeps_the_previous_one(bench, tmp_path):
+    """A periodic SB3 checkpoint save that fails (a full disk) warns and keeps the older checkpoint.
 
-    A stand-in for the SB3 model (PeerCheckpoint only calls its ``save``), so this runs where
+    A stand-in for the SB3 model (SB3Checkpoint only calls its ``save``), so this runs where
     stable-baselines3 is not installed (CI).
     """
 
-    class Model:  # what PeerCheckpoint.save reads of an SB3 model
+    class Model:  # what SB3Checkpoint.save reads of an SB3 model
         replay_buffer = None
 
         def __init__(self, frames, fail=False):
@@ -756,8 +756,8 @@ def test_a_peer_checkpoint_that_cannot_be_written_keeps_the_previous_one(bench, 
                 raise OSError(errno.ENOSPC, "No space left on device")
             Path(path).write_bytes(b"model")
 
-    log = bench.PeerLog(tmp_path, "sb3_ppo", "MinAtar/Breakout-v1", 1, 1_000, {})
-    checkpoint = bench.PeerCheckpoint(tmp_path, every=0)
+    log = bench.SB3Log(tmp_path, "sb3_ppo", "MinAtar/Breakout-v1", 1, 1_000, {})
+    checkpoint = bench.SB3Checkpoint(tmp_path, every=0)
     kept = checkpoint.save(Model(100), log, final=False)
     with pytest.warns(TrainingWarning, match="ckpt-000000200 not written"):
         assert checkpoint.save(Model(200, fail=True), log, final=False) is None
@@ -768,7 +768,7 @@ def test_a_peer_checkpoint_that_cannot_be_written_keeps_the_previous_one(bench, 
 
 
 @pytest.mark.timeout(180)
-def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
+def test_a_stopped_sb3_run_resumes_where_it_was(bench, tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("minatar")
     out = bench.Run("Breakout", "sb3_dqn", 1).directory(tmp_path)
@@ -776,19 +776,19 @@ def test_a_stopped_peer_resumes_where_it_was(bench, tmp_path):
     # What this worker had before (not SIG_DFL where an earlier test, e.g. ray.init, set one).
     before = signal.getsignal(signal.SIGTERM)
     watcher = sigterm_once(out / "summary.json", 5_000)
-    assert bench.train_peer("sb3_dqn", "Breakout", 1, budget, out) is None  # stopped
+    assert bench.train_sb3("sb3_dqn", "Breakout", 1, budget, out) is None  # stopped
     watcher.join()
     stopped = json.loads((out / "summary.json").read_text())
     assert not stopped["complete"]
-    at = bench.PeerCheckpoint(out).saved_frames()
+    at = bench.SB3Checkpoint(out).saved_frames()
     assert 5_000 <= at < budget  # (restoring updates, optimiser state: the test above)
     assert stopped["frames"] == at
-    saved = bench.PeerCheckpoint(out).checkpointer.load()["log"]["seconds"]
+    saved = bench.SB3Checkpoint(out).checkpointer.load()["log"]["seconds"]
     assert stopped["wall_seconds"] == round(saved, 3)  # the checkpoint's clock, not the stop's
     assert bench.action(bench.Run("Breakout", "sb3_dqn", 1), tmp_path, budget) == "resume"
     assert signal.getsignal(signal.SIGTERM) == before  # its handler is gone again
 
-    summary = bench.train_peer("sb3_dqn", "Breakout", 1, budget, out)
+    summary = bench.train_sb3("sb3_dqn", "Breakout", 1, budget, out)
     assert summary["complete"] and summary["frames"] == budget
     assert summary["resumed_at_frames"] == [at]
     assert summary["wall_seconds"] >= stopped["wall_seconds"]  # one clock across the stop

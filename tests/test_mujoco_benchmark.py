@@ -34,8 +34,8 @@ def test_the_papers_flags_parse_back_into_the_papers_settings(bench, tmp_path):
         assert getattr(config, name) == value, name
     plain = bench.command(bench.Run("Hopper", "acer", 2), tmp_path, 5000, "fresh")
     assert plain[-2:] == ["--out", str(bench.Run("Hopper", "acer", 2).directory(tmp_path))]
-    peer = bench.command(bench.Run("Walker2d", "sb3_ppo", 1), tmp_path, 5000, "fresh")
-    assert peer[2:7] == ["--child", "sb3_ppo", "Walker2d", "1", "5000"]
+    sb3 = bench.command(bench.Run("Walker2d", "sb3_ppo", 1), tmp_path, 5000, "fresh")
+    assert sb3[2:7] == ["--child", "sb3_ppo", "Walker2d", "1", "5000"]
 
 
 def test_complete_runs_are_skipped_and_unfinished_ones_of_ours_resume(bench, tmp_path):
@@ -110,11 +110,11 @@ def test_unfinished_runs_are_marked_partial(bench, tmp_path):
 
 
 def test_zoo_settings_become_sb3_keywords(bench):
-    settings = bench.peer_settings("HalfCheetah")
+    settings = bench.sb3_settings("HalfCheetah")
     assert settings["n_steps"] == 512 and settings["learning_rate"] == pytest.approx(2.0633e-05)
     assert settings["policy_kwargs"]["net_arch"] == {"pi": [256, 256], "vf": [256, 256]}
     assert settings["policy_kwargs"]["activation_fn"].__name__ == "ReLU"
-    assert "policy_kwargs" not in bench.peer_settings("Walker2d")
+    assert "policy_kwargs" not in bench.sb3_settings("Walker2d")
 
 
 @pytest.mark.timeout(60)
@@ -152,7 +152,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
 
 
 @pytest.mark.timeout(180)
-def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_path):
+def test_a_stopped_sb3_run_resumes_with_its_normalisation_statistics(bench, tmp_path):
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("mujoco")
     import pickle
@@ -160,10 +160,10 @@ def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_pat
     out = bench.Run("Hopper", "sb3_ppo", 1).directory(tmp_path)
     budget = 2_048  # four rollouts of 512 steps
     watcher = sigterm_once(out / "summary.json", 600)
-    assert bench.train_peer("sb3_ppo", "Hopper", 1, budget, out) is None  # stopped
+    assert bench.train_sb3("sb3_ppo", "Hopper", 1, budget, out) is None  # stopped
     watcher.join()
-    saved = bench.PeerCheckpoint(out).latest()
-    at = bench.PeerCheckpoint(out).saved_frames()
+    saved = bench.SB3Checkpoint(out).latest()
+    at = bench.SB3Checkpoint(out).saved_frames()
     assert at % 512 == 0 and 512 <= at < budget  # at a rollout start: all of it trained on
     assert sorted(p.name for p in saved.iterdir()) == sorted(
         ["model.zip", "state.pt", bench.NORMALIZE]
@@ -174,6 +174,6 @@ def test_a_stopped_peer_resumes_with_its_normalisation_statistics(bench, tmp_pat
     assert statistics.obs_rms.count == pytest.approx(at + 1, abs=1e-3)
     assert bench.action(bench.Run("Hopper", "sb3_ppo", 1), tmp_path, budget) == "resume"
 
-    summary = bench.train_peer("sb3_ppo", "Hopper", 1, budget, out)
+    summary = bench.train_sb3("sb3_ppo", "Hopper", 1, budget, out)
     assert summary["complete"] and summary["frames"] == budget
     assert summary["resumed_at_frames"] == [at]

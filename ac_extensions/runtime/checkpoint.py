@@ -379,7 +379,7 @@ class Checkpointer:
 
         ``files``, when given, is called with the temporary directory before the rename, to
         write files of the caller's own format beside ``state.pt`` (the benchmark's
-        Stable-Baselines3 peers write their ``model.zip`` and replay there); what it writes is
+        Stable-Baselines3 runs write their ``model.zip`` and replay there); what it writes is
         part of the same atomic checkpoint. A write that fails half-way (``ENOSPC``: the disk
         is full) removes what it wrote and leaves the previous checkpoint and the ``latest``
         pointer as they were, also when it was a checkpoint of the same count (kept aside

@@ -1,8 +1,8 @@
 """What produced a run: the code's commit, the package versions, the machine.
 
 ``ac-train`` writes :func:`provenance` into every run's ``run.json`` (one entry per start, so a
-resumed run lists each segment's code), and the benchmark grids' peers do the same, so a results
-table can say which code made each row.
+resumed run lists each segment's code), and the benchmark grids' Stable-Baselines3 runs do the
+same, so a results table can say which code made each row.
 """
 
 from __future__ import annotations

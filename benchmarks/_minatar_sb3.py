@@ -1,8 +1,8 @@
-"""The MinAtar grid's Stable-Baselines3 peers: their network, settings and sources.
+"""The MinAtar grid's Stable-Baselines3 baselines: their network, settings and sources.
 
-Peers (``sb3_ppo``, ``sb3_ppo_const``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``, ``sb3_dqn_paper``)
-run in a child process of ``minatar_grid.py`` (``--child``) and use the same torso: a SB3
-``BaseFeaturesExtractor``
+The SB3 baselines (``sb3_ppo``, ``sb3_ppo_const``, ``sb3_a2c``, ``sb3_dqn``, ``sb3_qrdqn``,
+``sb3_dqn_paper``) run in a child process of ``minatar_grid.py`` (``--child``) and use the same
+torso: a SB3 ``BaseFeaturesExtractor``
 holding a :class:`~ac_extensions.modules.MinAtarCNN` (one 3×3 conv with 16 channels, ReLU, a
 128-unit layer, ReLU; kenjyoung/MinAtar ``examples/dqn.py``, ``QNetwork``), with ``net_arch=[]``
 so the heads are single linear layers on its 128 features, as in the paper's network (except
@@ -12,12 +12,12 @@ channels-first ``[C, 10, 10]``, values 0/1). SB3 only transposes observation spa
 for images (``uint8`` in [0, 255], ``is_image_space``), so a float32 [0, 1] space stays
 channels-first as it is, and ``normalize_images=False`` keeps it from being divided by 255.
 No Atari wrappers (no frame stack, no reward clipping: MinAtar rewards are already 0/1 and its
-maps carry the motion trails). Each peer uses one torch thread (two runs share 2 cores).
+maps carry the motion trails). Each SB3 run uses one torch thread (two runs share 2 cores).
 
 - ``sb3_dqn``: DQN with the MinAtar paper's settings (constants of kenjyoung/MinAtar
   ``examples/dqn.py``) except one update per 4 frames (``train_freq=4``: Nature DQN's update
   period, rl-baselines3-zoo's Atari default, and the rate of ``sb3_qrdqn`` below, so that the
-  two DQN peers differ in their head, loss and optimiser only): replay 100,000, batch 32,
+  two SB3 DQNs differ in their head, loss and optimiser only): replay 100,000, batch 32,
   target network copied every 1,000 frames, learning starts after 5,000 frames (uniform
   random actions before, as there), ε from 1 to 0.1 linearly over the first 100,000 frames
   then 0.1 (SB3 anneals from frame 0; dqn.py from frame 5,000 on: a 5% shift of the
@@ -51,7 +51,7 @@ maps carry the motion trails). Each peer uses one torch thread (two runs share 2
 - ``sb3_a2c``: rl-baselines3-zoo's Atari A2C (``hyperparams/a2c.yml``, ``atari``): 16 envs,
   n_steps 5 (SB3's default), entropy 0.01, value coefficient 0.25, RMSprop in TensorFlow's
   form (``RMSpropTFLike``, ε 1e-5) at SB3's lr 7e-4, γ 0.99, no GAE (λ 1), grad norm 0.5, one
-  shared torso (the MinAtar one above): the peer of our ``a2c``.
+  shared torso (the MinAtar one above): the SB3 counterpart of our ``a2c``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from _peers import PeerCheckpoint, PeerLog, jsonable, learn_peer
+from _sb3 import SB3Checkpoint, SB3Log, jsonable, learn_sb3
 from _scheduler import read_summary
 
 
@@ -83,8 +83,8 @@ def _extractor_class():
     return MinAtarExtractor
 
 
-def peer_settings(algo: str, frames: int) -> dict[str, Any]:
-    """The SB3 constructor keywords of a peer (see the module docstring for their sources)."""
+def sb3_settings(algo: str, frames: int) -> dict[str, Any]:
+    """The constructor keywords of an SB3 baseline (see the module docstring for their sources)."""
     import torch
 
     policy = {
@@ -161,11 +161,11 @@ def peer_settings(algo: str, frames: int) -> dict[str, Any]:
         # 51 quantiles, Reactor's atom count (the paper's 200 cost 5.1x more per frame here).
         policy |= {"n_quantiles": 51, "optimizer_kwargs": {"eps": 0.01 / 32}}
         return dqn | dict(max_grad_norm=None, policy_kwargs=policy)
-    raise ValueError(f"unknown peer {algo!r}")
+    raise ValueError(f"unknown SB3 algorithm {algo!r}")
 
 
-def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict | None:
-    """Train one peer to ``frames`` in ``out`` (resuming its checkpoint if there is one).
+def train_sb3(algo: str, game: str, seed: int, frames: int, out: Path) -> dict | None:
+    """Train one SB3 baseline to ``frames`` in ``out`` (resuming its checkpoint if there is one).
 
     Returns its summary, or None when it was stopped before the end (checkpoint saved).
     """
@@ -177,11 +177,11 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict 
 
     torch.set_num_threads(1)
     env_id = f"MinAtar/{game}-v1"
-    settings = peer_settings(algo, frames)
+    settings = sb3_settings(algo, frames)
     n_envs = {"sb3_ppo": 8, "sb3_ppo_const": 8, "sb3_a2c": 16}.get(algo, 1)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": n_envs}
-    log = PeerLog(out, algo, env_id, seed, frames, config | jsonable(settings))
-    checkpoint = PeerCheckpoint(out)
+    log = SB3Log(out, algo, env_id, seed, frames, config | jsonable(settings))
+    checkpoint = SB3Checkpoint(out)
     env_seed = seed + checkpoint.saved_frames()
     env = make_vec_env(lambda: make_gym_env(env_id), n_envs=n_envs, seed=env_seed)
     if algo == "sb3_qrdqn":
@@ -189,6 +189,6 @@ def train_peer(algo: str, game: str, seed: int, frames: int, out: Path) -> dict 
     else:
         cls = {"sb3_ppo": PPO, "sb3_ppo_const": PPO, "sb3_a2c": A2C}.get(algo, DQN)
     model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
-    complete = learn_peer(model, log, checkpoint, frames, seed)
+    complete = learn_sb3(model, log, checkpoint, frames, seed)
     env.close()
     return read_summary(out) if complete else None

@@ -1,9 +1,9 @@
-"""Stable-Baselines3 peers as the grids run them: logs and checkpoints in ``ac-train``'s layout.
+"""The Stable-Baselines3 runs as the grids run them: logs and checkpoints in ``ac-train``'s layout.
 
-A peer runs in a child process of its grid. :class:`PeerLog` writes what ``ac-train`` writes
+An SB3 run runs in a child process of its grid. :class:`SB3Log` writes what ``ac-train`` writes
 (``summary.json`` and the ``train/return_window`` / ``time/seconds`` CSVs), so one reader
-handles both; :class:`PeerCheckpoint` saves SB3's model, its replay buffer and the counters
-every few minutes and when the run is stopped, and :func:`learn_peer` runs ``model.learn``
+handles both; :class:`SB3Checkpoint` saves SB3's model, its replay buffer and the counters
+every few minutes and when the run is stopped, and :func:`learn_sb3` runs ``model.learn``
 with both, stopping cleanly on SIGTERM.
 """
 
@@ -24,11 +24,11 @@ WINDOW = 100
 CHECKPOINT_MINUTES = 5.0
 """Every run saves a checkpoint about this often (ours: ``ac-train --checkpoint-minutes``; a
 replaying run otherwise writes its replay every 10 updates, every few seconds on MuJoCo), and
-a peer also when it is stopped."""
+an SB3 run also when it is stopped."""
 
 
 LOG_EVERY = 1000
-"""A peer writes a CSV row at most every this many frames (and at the end)."""
+"""An SB3 run writes a CSV row at most every this many frames (and at the end)."""
 
 
 CURVE = "train/return_window"
@@ -55,8 +55,8 @@ def jsonable(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: value(v) for k, v in settings.items()}
 
 
-class PeerLog:
-    """The ``ac-train`` layout for a peer: ``logs/<algo>/scalars/*.csv`` and ``summary.json``."""
+class SB3Log:
+    """``ac-train``'s layout for an SB3 run: ``logs/<algo>/scalars/*.csv`` and ``summary.json``."""
 
     def __init__(self, out: Path, algo: str, env_id: str, seed: int, frames: int, config) -> None:
         self.out, self.algo, self.env_id, self.seed = out, algo, env_id, seed
@@ -163,27 +163,27 @@ class PeerLog:
         atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=1) + "\n")
 
 
-class PeerStopped(Exception):
-    """Ends SB3's ``learn`` once a stopped peer has saved its checkpoint."""
+class SB3Stopped(Exception):
+    """Ends SB3's ``learn`` once a stopped SB3 run has saved its checkpoint."""
 
 
-class PeerCheckpoint:
-    """Checkpoints of one SB3 peer run, so that a stopped run goes on where it was.
+class SB3Checkpoint:
+    """Checkpoints of one SB3 run, so that a stopped run goes on where it was.
 
-    The peers that matter here take hours (``sb3_dqn`` ≈1–4 h per MinAtar run, with the
+    The SB3 runs that matter here take hours (``sb3_dqn`` ≈1–4 h per MinAtar run, with the
     load): longer than a job can run undisturbed on a shared machine. They are written by
     ``ac-train``'s :class:`~ac_extensions.runtime.Checkpointer` (same layout, same atomic
     write, same full-disk handling; :func:`has_checkpoint` and :func:`action` treat both
     alike): ``checkpoints/latest`` names ``ckpt-<frames>/``, which holds ``state.pt`` (the
     counters SB3 does not load with the parameters, and the episode window and clock of the
-    :class:`PeerLog`), ``model.zip`` (SB3's file: the policy, its target network where it has
-    one, and the optimiser state), ``replay.pkl`` (off-policy peers: SB3's replay buffer) and
-    what ``extra_save`` writes (the MuJoCo peer: its ``VecNormalize`` statistics).
+    :class:`SB3Log`), ``model.zip`` (SB3's file: the policy, its target network where it has
+    one, and the optimiser state), ``replay.pkl`` (off-policy algorithms: SB3's replay buffer) and
+    what ``extra_save`` writes (the MuJoCo grid's SB3 runs: their ``VecNormalize`` statistics).
 
     It is saved at the start of a rollout, when everything collected so far has been trained
     on (nothing is half done): at least every ``every`` seconds (a periodic save that fails,
     a full disk, warns and the run goes on), and after the process got SIGTERM or SIGINT (the
-    grid stops runs with SIGTERM), which then ends training with :class:`PeerStopped`. Not
+    grid stops runs with SIGTERM), which then ends training with :class:`SB3Stopped`. Not
     kept: the episodes in progress (a resumed run's envs start new ones, their frames stay
     counted) and the random streams (reseeded with ``seed + frames``), so a resumed run is
     not, draw for draw, the run that was never stopped.
@@ -205,7 +205,7 @@ class PeerCheckpoint:
         state = self.checkpointer.load()
         return 0 if state is None else state["frames"]
 
-    def save(self, model, log: PeerLog, *, final: bool = True) -> Path | None:
+    def save(self, model, log: SB3Log, *, final: bool = True) -> Path | None:
         """Write a checkpoint of ``model`` and ``log``; return its folder.
 
         ``final=False``: only if ``every`` seconds have passed since the last one (None
@@ -231,7 +231,7 @@ class PeerCheckpoint:
 
         return self.checkpointer.maybe_save(frames, state, files=files, final=final)
 
-    def restore(self, model, log: PeerLog) -> int:
+    def restore(self, model, log: SB3Log) -> int:
         """Load the newest checkpoint into a freshly built ``model`` and ``log``.
 
         Returns its frames (``model.num_timesteps``), 0 when there is none.
@@ -248,7 +248,7 @@ class PeerCheckpoint:
         log.restore(state["log"])
         return state["frames"]
 
-    def callback(self, log: PeerLog):
+    def callback(self, log: SB3Log):
         """The SB3 callback that saves (and stops) at rollout starts."""
         from stable_baselines3.common.callbacks import BaseCallback
 
@@ -258,7 +258,7 @@ class PeerCheckpoint:
             def _on_rollout_start(self) -> None:
                 if checkpoint.stop_requested:
                     checkpoint.save(self.model, log)
-                    raise PeerStopped(f"stopped at {self.model.num_timesteps:,} frames")
+                    raise SB3Stopped(f"stopped at {self.model.num_timesteps:,} frames")
                 checkpoint.save(self.model, log, final=False)
 
             def _on_step(self) -> bool:
@@ -267,7 +267,7 @@ class PeerCheckpoint:
         return Checkpointing()
 
 
-def learn_peer(model, log: PeerLog, checkpoint: PeerCheckpoint, frames: int, seed: int) -> bool:
+def learn_sb3(model, log: SB3Log, checkpoint: SB3Checkpoint, frames: int, seed: int) -> bool:
     """Train ``model`` to ``frames``, logging episodes and saving checkpoints; write the summary.
 
     ``model`` is freshly built; if ``checkpoint`` holds one it is restored first (and the
@@ -301,7 +301,7 @@ def learn_peer(model, log: PeerLog, checkpoint: PeerCheckpoint, frames: int, see
                 callback=[Logger(), checkpoint.callback(log)],
                 reset_num_timesteps=not done,
             )
-    except PeerStopped as stop:
+    except SB3Stopped as stop:
         print(f"{stop}; the same command resumes it", flush=True)
         # The summary of a stopped run is its checkpoint's: frames and clock as saved (the
         # seconds spent writing the checkpoint are not counted, as the resumed run's clock
