@@ -145,6 +145,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> tuple[float, flo
     """
     _, metrics = _rliable()
     point = float(metrics.probability_of_improvement(x, y))
+    if x.shape[0] < 2 or y.shape[0] < 2:  # one run a side: no spread to resample, no verdict
+        return point, 0.0, 1.0
     rng = np.random.default_rng(SEED)
     chunks = []
     for size in np.diff(np.r_[0:REPS:5_000, REPS]):  # bounded memory: [5000, n, m, G] at most
@@ -185,10 +187,11 @@ def estimates(
         per_game[game] = rows
     # a ratio to a reference of 0 or below is no normalisation: such a game is left out
     normalised = [g for g in games if reference.get(g, 0.0) > 0]
-    aggregate, matrices = {}, {}
+    aggregate, matrices, incomplete = {}, {}, []
     for algo in algos:
         matrix = score_matrix(summary, algo, normalised)
         if matrix is None:
+            incomplete.append(algo)
             continue
         matrices[algo] = matrix / np.array([reference[g] for g in normalised])
         aggregate[algo] = {
@@ -196,13 +199,24 @@ def estimates(
             "iqm": interval(matrices[algo], "iqm"),
             "mean": interval(matrices[algo], "mean"),
         }
+    # P(X > Y) per game does not depend on a positive per-game scale: raw scores, over every
+    # game where both have complete runs (the seeds complete on all of those).
     improvement = {}
-    for mine in (a for a in ours if a in matrices):
-        for theirs in (p for p in others if p in matrices):
-            point, low, high = probability_of_improvement(matrices[mine], matrices[theirs])
+    for mine in (a for a in ours if a in algos):
+        for theirs in (p for p in others if p in algos):
+            shared = [
+                g
+                for g in games
+                if final_scores(summary, mine, g) and final_scores(summary, theirs, g)
+            ]
+            x, y = score_matrix(summary, mine, shared), score_matrix(summary, theirs, shared)
+            if x is None or y is None:
+                continue
+            point, low, high = probability_of_improvement(x, y)
             improvement[f"{mine} > {theirs}"] = {
                 "probability": (point, low, high),
                 "verdict": verdict(low, high),
+                "games": len(shared),
             }
     return {
         "reps": REPS,
@@ -211,6 +225,7 @@ def estimates(
         "left_out": [g for g in games if g in reference and g not in normalised],
         "per_game": per_game,
         "aggregate": aggregate,
+        "aggregate_left_out": incomplete,
         "improvement": improvement,
         "profiles": _profiles(matrices),
     }
@@ -254,7 +269,7 @@ def markdown(data: dict[str, Any], *, label: str = "game", spec: str = ".2f") ->
         "(IQM) and the mean. Normalised score: a run's final score over the best other "
         f"library's mean final score on that {label} (so 1.00 = as good as the best of them). "
         "Verdicts compare our algorithms with each other library's by the probability of "
-        "improvement P(ours > theirs) over the normalised scores: **above** where its "
+        "improvement P(ours > theirs): **above** where its "
         "interval lies above 0.5, **below** where it lies below, **level** where it contains "
         "0.5. With three runs a bootstrap can only recombine those three scores, so it "
         "understates the uncertainty: the verdicts are provisional until more seeds are in.",
@@ -289,13 +304,21 @@ def markdown(data: dict[str, Any], *, label: str = "game", spec: str = ".2f") ->
                 f"| {algo} | {row['runs']} | {_ci(row['iqm'], '.2f')} | {_ci(row['mean'], '.2f')} |"
             )
         lines.append("")
+        if data.get("aggregate_left_out"):
+            missing = ", ".join(data["aggregate_left_out"])
+            lines += [f"Not in the aggregate (no complete run on one of them): {missing}.", ""]
     if data["improvement"]:
         lines += [
-            "| comparison | P(ours > theirs) [95% CI] | verdict |",
-            "|---|---|---|",
+            f"P(ours > theirs) on the raw scores of every {label} both have complete runs on "
+            f"(a positive per-{label} scale does not change it):",
+            "",
+            f"| comparison | {label}s | P(ours > theirs) [95% CI] | verdict |",
+            "|---|---|---|---|",
         ]
         for pair, row in data["improvement"].items():
-            lines.append(f"| {pair} | {_ci(row['probability'], '.2f')} | {row['verdict']} |")
+            lines.append(
+                f"| {pair} | {row['games']} | {_ci(row['probability'], '.2f')} | {row['verdict']} |"
+            )
         lines.append("")
     return lines
 

@@ -89,7 +89,7 @@ def test_estimates_normalise_by_the_best_other_library_and_judge(intervals):
     assert versus["probability"][0] == pytest.approx((1 + 0.5 / 3) / 2)
     assert versus["verdict"] == "level"
     lines = intervals.markdown(data)
-    assert any(line.startswith("| ours > theirs1 | 0.58 [") for line in lines)
+    assert any(line.startswith("| ours > theirs1 | 2 | 0.58 [") for line in lines)
     assert "| A | ours | 3 | 22.00 [" in "\n".join(lines)
 
 
@@ -131,5 +131,43 @@ def test_a_game_with_a_reference_of_zero_or_below_is_left_out_of_the_aggregate(i
     assert data["normalised_games"] == ["A"] and data["left_out"] == ["B"]
     assert data["aggregate"]["ours"]["mean"][0] == pytest.approx(2.5)
     assert "(B left out: its reference score is not positive)" in "\n".join(
+        intervals.markdown(data)
+    )
+
+
+def test_one_run_a_side_gives_no_verdict(intervals):
+    point, low, high = intervals.probability_of_improvement(
+        np.array([[1.0, 2.0]]), np.array([[0.5, 1.5]])
+    )
+    assert point == 1.0 and (low, high) == (0.0, 1.0)
+    assert intervals.verdict(low, high) == "level"
+
+
+def test_comparisons_use_every_shared_game_on_raw_scores(intervals):
+    # Each comparison uses the games both sides have ("late" has no run on B, so it is compared
+    # on A alone and left out of the aggregate); ours wins every pair on both games.
+    summary = {
+        "games": {
+            "A": {
+                "algorithms": {
+                    "ours": {"runs": [run(1, 5.0), run(2, 6.0)]},
+                    "theirs": {"runs": [run(1, 1.0), run(2, 2.0)]},
+                    "late": {"runs": [run(1, 1.0), run(2, 1.5)]},
+                }
+            },
+            "B": {
+                "algorithms": {
+                    "ours": {"runs": [run(1, 5.0), run(2, 7.0)]},
+                    "theirs": {"runs": [run(1, 3.0), run(2, 4.0)]},
+                }
+            },
+        }
+    }
+    data = intervals.estimates(summary, ["ours"], ["theirs", "late"])
+    assert data["improvement"]["ours > theirs"]["games"] == 2
+    assert data["improvement"]["ours > theirs"]["probability"][0] == 1.0
+    assert data["improvement"]["ours > late"]["games"] == 1
+    assert data["aggregate_left_out"] == ["late"]
+    assert "Not in the aggregate (no complete run on one of them): late." in "\n".join(
         intervals.markdown(data)
     )
