@@ -274,10 +274,14 @@ class ACERLoss(ReplayedSequenceLoss):
         logits = out.get(self.tensor_keys.logits)
         q = out.get(self.tensor_keys.action_value, None)
         if q is None:
+            writer = (
+                "qvalue_network is None but the actor"
+                if self._shared_head
+                else "the qvalue_network"
+            )
             raise KeyError(
-                f"{type(self).__name__}: qvalue_network is None but the actor wrote no "
-                f"{self.tensor_keys.action_value!r} (expected shape "
-                f"{[*batch, logits.shape[-1]]})"
+                f"{type(self).__name__}: {writer} wrote no {self.tensor_keys.action_value!r} "
+                f"(expected shape {[*batch, logits.shape[-1]]})"
             )
         if q.shape != logits.shape:
             self._mismatched_actions(logits, q, batch)

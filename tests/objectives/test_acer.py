@@ -222,6 +222,12 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"reward.*\[4, 6, 1\].*1 non-finite"):
             ACERLoss(*networks())(td)
 
+    def test_q_network_writing_another_key_is_named(self):
+        actor, qvalue = networks()
+        elsewhere = TensorDictModule(qvalue.module, ["observation"], ["q"])
+        with pytest.raises(KeyError, match="the qvalue_network wrote no 'action_value'"):
+            ACERLoss(actor, elsewhere)(sequences())
+
 
 def test_copy_of_actor_is_not_needed():
     # The average policy lives in the loss (target params), not in a separate module.
