@@ -19,6 +19,7 @@ from ac_extensions.objectives._replay import (
     PreparedSequences,
     ReplayedSequenceLoss,
     check_sequence_batch,
+    run_under,
     unrolled_next_outputs,
 )
 from ac_extensions.objectives._sequence import valid_mask
@@ -307,10 +308,7 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
         self, tensordict: TensorDictBase, params: TensorDictParams
     ) -> tuple[Tensor, Tensor]:
         """(loc, scale) of π(·|x_t) (or π_avg with the target params), shape [*B, T, d] each."""
-        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        with params.to_module(self.actor_network):
-            net = self.actor_network
-            out = net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
+        out = run_under(self.actor_network, tensordict, params)
         return out.get(self.tensor_keys.loc), out.get(self.tensor_keys.scale)
 
     def _critic(
@@ -344,14 +342,8 @@ class ContinuousACERLoss(ReplayedSequenceLoss):
 
     def _run_networks(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Everything the current actor and critic (V only) write; burn-in reads their states."""
-        inputs = tensordict.select(*self.actor_network.in_keys, strict=False).copy()
-        with self.actor_network_params.to_module(self.actor_network):
-            net = self.actor_network
-            out = net.get_dist_params(inputs) if hasattr(net, "get_dist_params") else net(inputs)
-        inputs = tensordict.select(*self._critic_observation_keys(), strict=False).copy()
-        with self.critic_network_params.to_module(self.critic_network):
-            out.update(self.critic_network(inputs))
-        return out
+        out = run_under(self.actor_network, tensordict, self.actor_network_params)
+        return out.update(self._critic_pass(tensordict))
 
     def _next_state_value(
         self, tensordict: TensorDictBase, value: Tensor, window: TensorDictBase
