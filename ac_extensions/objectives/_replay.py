@@ -224,16 +224,8 @@ def unrolled_next_outputs(
     Returns:
         The outputs at x_{t+1}, shapes as ``current``, detached.
     """
-    batch = nxt.batch_size
-    time_dim = len(batch) - 1
-    ends = nxt.get(done_key).reshape(batch).clone()  # [*B, T]
+    ends = nxt.get(done_key).reshape(nxt.batch_size).clone()  # [*B, T]
     ends[..., -1] = True
-    out = []
-    for value in current:  # row t + 1's outputs at step t; the ends are filled below
-        value = value.detach()
-        steps = value.shape[time_dim]
-        head, tail = value.narrow(time_dim, 1, steps - 1), value.narrow(time_dim, steps - 1, 1)
-        out.append(torch.cat([head, tail], time_dim))
     inputs = nxt[ends]  # [n]
     continuing = torch.zeros(*inputs.batch_size, 1, dtype=torch.bool, device=inputs.device)
     step_inputs = []
@@ -249,9 +241,7 @@ def unrolled_next_outputs(
         step_inputs.append(step)
     with torch.no_grad(), set_recurrent_mode(False):
         computed = evaluate(step_inputs)
-    for value, fresh in zip(out, computed, strict=True):
-        value[ends] = fresh.detach().to(value.dtype)
-    return tuple(out)
+    return assemble_next(current, computed, ends)  # row t + 1's outputs elsewhere
 
 
 SEQUENCE_ID_KEYS: tuple[NestedKey, ...] = (("replay", "sequence"),)
