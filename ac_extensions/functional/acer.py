@@ -208,7 +208,6 @@ def categorical_acer_losses(
     with torch.no_grad():
         average_log_probs = average_logits.log_softmax(-1)
         average_probs = average_log_probs.exp()
-        kl_value = (average_probs * (average_log_probs - exact_log_probs)).sum(-1, keepdim=True)
     kl = (average_probs * (average_log_probs - log_probs)).sum(-1, keepdim=True)  # [*B, T, 1]
     if math.isinf(trust_region_delta):
         penalty = torch.zeros_like(kl)
@@ -228,6 +227,6 @@ def categorical_acer_losses(
         "ratio_mean": masked_mean(ratio, mask),
         "truncation_fraction": masked_mean((ratio > c).to(ratio.dtype), mask),
         "trust_region_active": masked_mean(active, mask),
-        "kl_average": masked_mean(kl_value, mask),
+        "kl_average": masked_mean(kl.detach(), mask),
         "q_ret_mean": masked_mean(q_ret, mask),
     }
