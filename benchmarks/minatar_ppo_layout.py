@@ -1,8 +1,8 @@
 """PPO on MinAtar: collection layout and network layout, in frames per second, beside SB3 PPO.
 
 The same batch (8 environments × 128 steps = 1,024 frames, the PPO paper's Atari batch and
-SB3's MinAtar setting) collected by 2 worker processes of 4 environments each (the previous
-``PPOConfig`` MinAtar default) or by 1 worker of 8; the learner with torch's default threads or
+SB3's MinAtar setting) collected by 2 worker processes of 4 environments each or by 1 worker
+of 8 (``PPOConfig``'s MinAtar default); the learner with torch's default threads or
 one; actor and critic with separate MinAtar torsos or one shared torso (``share_torso``). Each
 variant trains ``--frames`` frames of MinAtar Breakout with ``PPOConfig.for_env``'s settings
 otherwise; fps counts the frames after the first two batches (start-up excluded). The baseline,

@@ -14,12 +14,12 @@ budget, through the CLI exactly as ``minatar_grid.py`` runs ours::
 
 Studies (:data:`STUDIES`):
 
-- ``ppo_torso``: PPO with separate actor and critic torsos (the MinAtar default before) or one
+- ``ppo_torso``: PPO with separate actor and critic torsos (the MinAtar default when it ran) or one
   shared torso (``--share-torso true``; the MinAtar paper's AC(λ) and SB3's ``CnnPolicy``
   share one).
 - ``ppo_epochs``: PPO with 4 epochs per batch (rl-baselines3-zoo's Atari PPO, what the grid's
-  ``sb3_ppo`` baseline runs) instead of the PPO paper's 3 (the recipe's MinAtar default; its runs
-  are the grid's ``ppo`` rows, the same command without ``--epochs``).
+  ``sb3_ppo`` baseline runs) instead of the PPO paper's 3 (the recipe's MinAtar default when it
+  ran; its baseline is the grid's ``ppo`` runs, the same command without ``--epochs``).
 - ``reactor_acting``: Reactor with 4 environment frames per learner step (the paper's "4–6
   acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
   frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
@@ -32,8 +32,8 @@ Studies (:data:`STUDIES`):
 - ``reactor_torso``: Reactor's policy gradient let into the torso it shares with the
   critic (the MinAtar default, chosen by this study; the grid's ``reactor`` rows) or stopped
   there (``--policy-torso-gradient false``: the paper's §3.4.1, the policy head reads features
-  the distributional critic alone shapes; the MinAtar default before, whose grid runs were
-  moved here).
+  the distributional critic alone shapes; its runs were made by the grid while this was the
+  MinAtar default).
 - ``reactor_support``: Reactor's categorical support [-10, 30] instead of C51's [-10, 10] (the
   paper's value, and the default): MinAtar's rewards are 0/1 like Atari's clipped ones, but
   dense in SpaceInvaders, where the grid's run's mean Q neared the top atom (8.9 at 200k
@@ -119,8 +119,8 @@ STUDIES: dict[str, dict] = {
         "algo": "reactor",
         "baseline": "policy gradient into the torso (MinAtar default)",
         "variants": {
-            # The MinAtar default since 2026-11-27 is the grid's reactor row (same command);
-            # the paper's setting (§3.4.1), the default before, is the variant.
+            # The MinAtar default is the grid's reactor row (same command); the paper's
+            # setting (§3.4.1) is the variant.
             "policy gradient stopped at the torso": ["--policy-torso-gradient", "false"],
         },
     },

@@ -1,4 +1,4 @@
-"""Reactor as the paper wrote it against this library's earlier departures, same seeds.
+"""Reactor as the paper wrote it against this library's departures from it, same seeds.
 
 Variants of the Reactor recipe (``ac_extensions.recipes.reactor``), each a fresh process:
 
@@ -6,7 +6,8 @@ Variants of the Reactor recipe (``ac_extensions.recipes.reactor``), each a fresh
   = mean total variation along the sequence, importance exponent β = 1, policy gradient
   blocked from the shared torso, uniform-mixed softmax (ε = 0.01), dueling distributional
   head (and, for recurrent networks, bootstrap states unrolled over the window).
-- ``previous``: ``ReactorConfig.PREVIOUS``, every departure at once (the recipe before).
+- ``previous``: ``ReactorConfig.PREVIOUS``, every departure at once (R2D2's priority, β 0.4,
+  plain softmax, one-stream Q head, policy gradient into the torso, stored bootstrap states).
 - one variant per departure, on top of ``paper``: ``r2d2_priority`` (η 0.9 of the
   difference of the means), ``beta_0.4``, ``no_epsilon``, ``single_stream``,
   ``torso_gradient``.
@@ -185,15 +186,14 @@ def summarize() -> dict:
         sections.append(f"## {env_id}\n\n{head}\n" + "\n".join(rows))
         summary[env_id] = env_summary
     text = (
-        "# Reactor: the paper's settings against this library's earlier departures\n\n"
+        "# Reactor: the paper's settings against this library's departures from them\n\n"
         "Command: `python benchmarks/reactor_paper.py --env <id> --seeds 1 2 3 --frames <N> "
         "--jobs 2` (one result file per run under `benchmarks/results/reactor_paper/`; "
         "2 runs at a time on the shared 2-core machine, so seconds and fps compare only "
-        "roughly). `paper` = `ReactorConfig.PAPER` (the recipe's defaults but on MinAtar, "
-        "whose policy gradient reaches the torso since 2026-11-27); `previous` = "
-        "`ReactorConfig.PREVIOUS` (all departures); the others change one setting of `paper`.\n\n"
-        + "\n\n".join(sections)
-        + "\n"
+        "roughly). `paper` = `ReactorConfig.PAPER` on every environment (the recipe's "
+        "defaults, except that MinAtar's default lets the policy gradient into the torso); "
+        "`previous` = `ReactorConfig.PREVIOUS` (every departure at once); the others change "
+        "one setting of `paper`.\n\n" + "\n\n".join(sections) + "\n"
     )
     out = RESULTS / "reactor_paper.md"
     write_markdown(out, text)

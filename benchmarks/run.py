@@ -218,7 +218,7 @@ def throughput(frames: int, repeats: int = 3) -> Path:
 
 
 def micro() -> None:
-    """The micro-benchmarks of the other issues, each in its own process."""
+    """Run each micro-benchmark of :data:`MICRO` (ops, updates, collection) in its own process."""
     for script in MICRO:
         print(f"\n$ python benchmarks/{' '.join(script)}", flush=True)
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / script[0]), *script[1:]],

@@ -150,7 +150,7 @@ class PrioritizedSequenceSampler(PrioritizedSampler):
         block_size: int | None = None,
     ) -> None:
         # PrioritizedSampler.__init__ builds TorchRL's C++ sum tree, which does not load with
-        # torch 2.13 (torchrl.md §0.1); we subclass it only so that TensorDictReplayBuffer
+        # torch 2.13; we subclass it only so that TensorDictReplayBuffer
         # forwards priorities (update_tensordict_priority checks isinstance).
         if block_size is None:  # ≈ √C: both sampling levels cost O(√C) per draw
             block_size = min(max(64, 1 << math.ceil(math.log2(math.sqrt(max_capacity)))), 4096)

@@ -121,7 +121,8 @@ class TestUniformWhenNothingAssigned:
 
 class TestNeighbourEstimate:
     def test_one_assigned_start_sets_every_estimate(self, seed):
-        # algorithms.md §c.7: p = 2 at index 10, one cell covering 0..19 ⇒ p̂ = 2 everywhere.
+        # The neighbour estimate (Reactor, §3.3): p = 2 at index 10, one cell covering 0..19
+        # ⇒ p̂ = 2 everywhere.
         rb, sampler = make(20, 1, torch.zeros(20), uniform_probability=0.0)
         sample_everything(sampler, rb)
         assign(sampler, rb, [10], [2.0])

@@ -39,7 +39,7 @@ def scalar_reference(fn, window: dict, gamma):
 
 
 def paper_case(**overrides):
-    """algorithms.md §c.1 case 1 (B = 1, T = 3, A = 2, γ = 0.9).
+    """A Retrace case small enough to check by hand (B = 1, T = 3, A = 2, γ = 0.9).
 
     Q(x_s, ·) = [1, 2] for every s, π = [.5, .5] so V = 1.5; actions a = [0, 1, 0, (1)] so
     Q(x_t, a_t) = [1, 2, 1]; µ(a_s|x_s) = 0.25 so ρ = 2 and c = min(1, ρ) = 1; r = [1, 0, 2].
@@ -187,7 +187,8 @@ class TestRetraceTargetsDifferential:
 
     @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 3)])
     def test_matches_td_error_form(self, batch_shape):
-        # Recursion == Σ_s (Π γ'c') δ_s (algorithms.md §c.1 item 7), including done masks.
+        # Recursion == Σ_s (Π γ'c') δ_s, the TD-error form of Retrace (Munos et al., 2016,
+        # arXiv:1606.02647), including done masks.
         w = reference.random_window(batch_shape, time=9, done_pattern="mid", seed=2)
         out = retrace_targets(**retrace_inputs(w), gamma=0.9)
         expected = scalar_reference(reference.retrace_targets_td_form, w, 0.9)
@@ -250,7 +251,7 @@ class TestRetraceTargetsIdentities:
         torch.testing.assert_close(out, expected)
 
     def test_on_policy_control_variate_identity(self):
-        # algorithms.md §c.1 item 5: with c ≡ 1 (on-policy, ρ = 1), and no episode end,
+        # With c ≡ 1 (on-policy, ρ = 1) and no episode end,
         # Q^ret_t − [n-step return to the window end]
         #     = Σ_{k≥1} γ^k (V(x_{t+k}) − Q(x_{t+k}, a_{t+k}))
         # where the n-step return bootstraps with γ^{T−t} V(x_T). Exact for any Q.

@@ -70,7 +70,8 @@ class TestTruncatedISPolicyLoss:
 
 class TestBiasCorrectionLoss:
     def test_per_action_weights_sum_to_pi(self):
-        # algorithms.md §c.2: π = [.5, .3, .2], µ = [.1, .6, .3], c = 2 → ρ = [5, .5, .667].
+        # ACER's truncation with bias correction (Wang et al., 2017, arXiv:1611.01224v2, Eq. 7):
+        # π = [.5, .3, .2], µ = [.1, .6, .3], c = 2 → ρ = [5, .5, .667].
         # sampled part µ·min(c, ρ) = [.2, .3, .2]; correction part π·[1 − c/ρ]_+ = [.3, 0, 0].
         # With A ≡ 1, ∂L/∂log π(a) of (E_{a_t∼µ} truncated IS) + (bias correction) is −π(a).
         pi, mu, c = vec(0.5, 0.3, 0.2), vec(0.1, 0.6, 0.3), 2.0
@@ -173,7 +174,8 @@ class TestSampledBiasCorrectionLoss:
 
 class TestBetaLOOPolicyLoss:
     def test_paper_hand_case(self):
-        # algorithms.md §c.4: π = [.5, .5], µ = [.25, .75], Q^π = [1, 0] = R, critic Q = [0, 0].
+        # β-LOO (Gruslys et al., 2018, arXiv:1704.04651v2, §3.1), by hand: π = [.5, .5],
+        # µ = [.25, .75], Q^π = [1, 0] = R, critic Q = [0, 0].
         # E_{â∼µ}[∇_π(−L)] = Σ_â µ(â) β(â) (R(â) − Q(â)) e_â = µ(0) β(0) e_0.
         # β = 1 (c = 1): 0.25 e_0 (biased by −0.75 e_0); β = 1/µ (c = inf): e_0 = ∇Σ_a Q^π π.
         probs = torch.tensor([[0.5, 0.5]], dtype=torch.float64, requires_grad=True)

@@ -173,7 +173,8 @@ def _describe(processes, names: dict[Process, str]) -> str:
     ids=["acer-fork", "acer-spawn", "a2c-async-fork"],
 )
 def test_collector_workers_exit_when_the_learner_is_killed(method, algorithm, flags, tmp_path):
-    # The bug: the forked workers of a SIGKILLed `ac-train acer` were alive 78 minutes later.
+    # When the learner is SIGKILLed (no chance to clean up), every collector worker it started,
+    # forked or spawned, must exit on its own within EXIT_DEADLINE seconds.
     workers = 2
     out, log = tmp_path / "run", tmp_path / "learner.log"
     flags += (
