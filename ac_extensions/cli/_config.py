@@ -15,6 +15,7 @@ import inspect
 import itertools
 import json
 import re
+import shutil
 import textwrap
 import types
 import typing
@@ -35,6 +36,9 @@ SKIPPED = frozenset({"algorithm", "transform_factory", "reshape_reward"})
 
 ALIASES = {"env_id": ("--env",)}
 """Extra spellings of some flags."""
+
+METAVARS = {"env_id": "ENV_ID"}
+"""Placeholders other than the type's (``INT``, ``FLOAT``, ``STR``) in the help."""
 
 
 class UsageError(Exception):
@@ -85,18 +89,33 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+class _Choices(list):
+    """A flag's choices as shown (``none`` for an optional one), which also hold ``None``."""
+
+    def __contains__(self, value) -> bool:
+        return super().__contains__("none" if value is None else value)
+
+
+NONE_SPELLINGS = ("none", "None", "null")
+"""What the command line accepts for ``None`` (an optional field, an empty tuple)."""
+
+
 def _converter(hint) -> tuple[Callable[[str], Any], list | None]:
-    """A string → value converter for a field's type hint, and its choices (Literal)."""
+    """A string → value converter for a field's type hint, and its choices (Literal).
+
+    An optional field also takes ``none`` (shown among the choices as ``none``, never
+    ``None``); a tuple field takes comma-separated items, or ``none`` for the empty tuple.
+    """
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     optional = type(None) in typing.get_args(hint)
     if optional and len(args) == 1:
         inner, choices = _converter(args[0])
 
         def none_or(text: str):
-            return None if text in ("None", "none", "null") else inner(text)
+            return None if text in NONE_SPELLINGS else inner(text)
 
         none_or.__name__ = getattr(inner, "__name__", "value")
-        return none_or, None if choices is None else [*choices, None]
+        return none_or, None if choices is None else _Choices([*choices, "none"])
     if hint is bool:
         return _boolean, None
     if hint in (int, float, str):
@@ -107,6 +126,8 @@ def _converter(hint) -> tuple[Callable[[str], Any], list | None]:
         item = args[0] if args else str
 
         def sequence(text: str):
+            if text.strip() in NONE_SPELLINGS:
+                return ()
             return tuple(item(x) for x in text.split(",") if x.strip())
 
         sequence.__name__ = f"comma-separated {item.__name__}s"
@@ -114,24 +135,58 @@ def _converter(hint) -> tuple[Callable[[str], Any], list | None]:
     return str, None
 
 
+_METAVARS = {int: "INT", float: "FLOAT", str: "STR"}
+
+
+def _metavar(hint) -> str:
+    """A short placeholder for a field's value: ``INT``, ``FLOAT``, ``STR``, ``INT,...``."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is tuple:
+        return f"{_METAVARS.get(args[0] if args else str, 'STR')},..."
+    if type(None) in typing.get_args(hint) and len(args) == 1:
+        return _metavar(args[0])
+    return _METAVARS.get(hint, "VALUE")
+
+
+def shown(value) -> str:
+    """A default as the help shows it: ``none``, ``on``/``off``, comma-separated tuples.
+
+    Example:
+        >>> [shown(v) for v in (None, True, (64, 64), (), 0.5)]
+        ['none', 'on', '64,64', 'none', '0.5']
+    """
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 FAMILIES = {"minatar": "MinAtar", "atari": "Atari"}
 """Env families whose defaults differ from a config's own (``FAMILY_DEFAULTS``), as named in
 the flags' help."""
 
 
-def _family_help(config_cls: type) -> dict[str, str]:
-    """Per field, ``"; MinAtar: v; Atari: w"`` for the families that change its default."""
-    tables = {
-        label: config_cls.defaults_for_family(family)
-        for family, label in FAMILIES.items()
-        if hasattr(config_cls, "defaults_for_family")
+def _family_help(config_cls: type, defaults: dict[str, Any]) -> dict[str, str]:
+    """Per field, ``"; MinAtar: v; Atari: w"`` for the families whose value differs.
+
+    ``defaults`` are the values shown as ``default:``; a family value equal to it is left out,
+    and families with the same value share one entry (``"; MinAtar, Atari: 0.99"``).
+    """
+    if not hasattr(config_cls, "defaults_for_family"):
+        return {}
+    values: dict[str, dict[str, list[str]]] = {}  # field → shown value → family labels
+    for family, label in FAMILIES.items():
+        for name, value in config_cls.defaults_for_family(family).items():
+            if name in defaults and value == defaults[name]:
+                continue
+            values.setdefault(name, {}).setdefault(shown(value), []).append(label)
+    return {
+        name: "".join(f"; {', '.join(labels)}: {value}" for value, labels in by_value.items())
+        for name, by_value in values.items()
     }
-    notes: dict[str, str] = {}
-    for label, table in tables.items():
-        for name, value in table.items():
-            value = ",".join(map(str, value)) if isinstance(value, tuple) else value
-            notes[name] = notes.get(name, "") + f"; {label}: {value}"
-    return notes
 
 
 class Toggle(argparse.Action):
@@ -153,8 +208,27 @@ class Toggle(argparse.Action):
             parser.error(f"{option_string}: {error}")
 
 
+_NBSP = "\N{NO-BREAK SPACE}"
+
+
 class HelpFormatter(argparse.HelpFormatter):
-    """One spelling per flag, ``--flag/--no-flag`` for booleans, no repeated defaults."""
+    """One spelling per flag, ``--flag/--no-flag`` for booleans, words never split.
+
+    The width follows the terminal (``COLUMNS``), at most :data:`MAX_WIDTH`; the help column
+    starts at 32 (a third of a narrower terminal), so most flags fit on one line with their
+    help beside them.
+    """
+
+    MAX_WIDTH = 120
+    """Widest help, even on a wider terminal (long lines are hard to read)."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 32, width=None
+    ) -> None:
+        if width is None:
+            width = min(shutil.get_terminal_size().columns, self.MAX_WIDTH) - 2
+        # On a narrow terminal the help column moves left, leaving the help two thirds.
+        super().__init__(prog, indent_increment, min(max_help_position, width // 3), width)
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if isinstance(action, Toggle):
@@ -163,6 +237,16 @@ class HelpFormatter(argparse.HelpFormatter):
             return f"{action.option_strings[0]} {self._format_args(action, action.dest.upper())}"
         return super()._format_action_invocation(action)
 
+    _LABEL = re.compile(rf"\b({'|'.join(['default', *FAMILIES.values()])}): ")
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # argparse's textwrap splits at hyphens ("feed-" / "forward") and inside long words;
+        # a no-break space (textwrap's whitespace is ASCII) keeps "default: 10" together.
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        text = self._LABEL.sub(rf"\1:{_NBSP}", text)
+        lines = textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+        return [line.replace(_NBSP, " ") for line in lines]
+
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
@@ -170,9 +254,13 @@ _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 def help_sentence(doc: str) -> str:
     """The first sentence of a field's docstring, without reStructuredText markup.
 
+    ``None`` reads ``none``, as the command line spells it.
+
     Example:
         >>> help_sentence("Steps per ``[B, T]`` window (see :class:`~a.b.Config`). More.")
         'Steps per [B, T] window (see Config)'
+        >>> help_sentence("Clip (Eq. 7; ``None``: off). More.")
+        'Clip (Eq. 7; none: off)'
     """
 
     def target(match: re.Match) -> str:  # :class:`~a.b.C` → C, :mod:`a.b` → a.b
@@ -180,9 +268,10 @@ def help_sentence(doc: str) -> str:
 
     text = _ROLE.sub(target, doc)
     text = text.replace("``", "")
-    for abbreviation in ("e.g.", "i.e.", "vs.", "cf.", "et al."):
+    for abbreviation in ("e.g.", "i.e.", "vs.", "cf.", "et al.", "Eq.", "Fig.", "resp."):
         text = text.replace(abbreviation, abbreviation.replace(".", "\0"))
-    first = re.split(r"(?<=[a-z0-9)\]`'])\.\s", text, maxsplit=1)[0]
+    first = re.split(r"(?<=[A-Za-z0-9)\]}`'])\.\s", text, maxsplit=1)[0]
+    first = re.sub(r"\bNone\b", "none", first)
     return first.rstrip(".").strip().replace("\0", ".")
 
 
@@ -191,38 +280,36 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type, defaults
 
     The parsed namespace holds only the flags given (``argparse.SUPPRESS``), so a caller can
     layer them over the config's defaults or over a saved config (``--resume``). The help is
-    the first sentence of the field's docstring and its default, with the defaults that
-    differ per env family (``FAMILY_DEFAULTS``) beside it. Booleans are ``--flag/--no-flag``
-    (``--flag true|false`` still works); the ``--field_name`` spelling is accepted but not
-    shown.
+    the first sentence of the field's docstring and its default, with the values of the env
+    families (``FAMILY_DEFAULTS``) that differ from it beside it. Booleans are
+    ``--flag/--no-flag`` (``--flag true|false`` still works); the ``--field_name`` spelling is
+    accepted but not shown. ``None`` is shown and typed as ``none``.
     """
     defaults = defaults or {}
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
-    family_notes = _family_help(config_cls)
+    fields = [f for f in dataclasses.fields(config_cls) if f.name not in SKIPPED]
+    values = {f.name: defaults.get(f.name, f.default) for f in fields}
+    family_notes = _family_help(config_cls, values)
     group = parser.add_argument_group(f"{config_cls.__name__} fields")
-    for field in dataclasses.fields(config_cls):
-        if field.name in SKIPPED:
-            continue
+    for field in fields:
         convert, choices = _converter(hints[field.name])
         dashed = f"--{field.name.replace('_', '-')}"
         spellings = [*ALIASES.get(field.name, ()), dashed, f"--{field.name}"]
-        shown, hidden = spellings[0], [n for n in dict.fromkeys(spellings) if n != spellings[0]]
-        default = defaults.get(field.name, field.default)
-        if isinstance(default, tuple):
-            default = ",".join(map(str, default))
+        first, hidden = spellings[0], [n for n in dict.fromkeys(spellings) if n != spellings[0]]
         text = help_sentence(docs.get(field.name, "")).replace("%", "%%")
-        text = f"{text} (default: {default}{family_notes.get(field.name, '')})"
+        note = f"{shown(values[field.name])}{family_notes.get(field.name, '')}".replace("%", "%%")
+        text = f"{text} (default: {note})"
         common = dict(dest=field.name, default=argparse.SUPPRESS)
         if hints[field.name] is bool:
-            negative = f"--no-{shown[2:]}"
-            group.add_argument(shown, negative, action=Toggle, help=text, **common)
+            negative = f"--no-{first[2:]}"
+            group.add_argument(first, negative, action=Toggle, help=text, **common)
             if hidden:
                 group.add_argument(*hidden, action=Toggle, help=argparse.SUPPRESS, **common)
             continue
         typed = dict(type=convert, choices=choices, **common)
-        metavar = field.name.upper() if choices is None else None
-        group.add_argument(shown, metavar=metavar, help=text, **typed)
+        metavar = METAVARS.get(field.name, _metavar(hints[field.name]))
+        group.add_argument(first, metavar=None if choices else metavar, help=text, **typed)
         if hidden:
             group.add_argument(*hidden, help=argparse.SUPPRESS, **typed)
 

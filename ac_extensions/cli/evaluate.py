@@ -145,6 +145,24 @@ def write_video(frames, path: Path, fps: int) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def result_line(name: str, env_id: str, returns: list[float], *, sample: bool = False) -> str:
+    """The line ``ac-eval`` prints: mean and population std of ``returns``, for people.
+
+    Example:
+        >>> result_line("ppo", "Pendulum-v1", [-1234.5, -1000.0])
+        'ppo on Pendulum-v1: mean return -1,117.25 ± 117.25 (std) over 2 episodes, greedy actions'
+        >>> result_line("ppo", "CartPole-v1", [500.0], sample=True).split(" over ")[1]
+        '1 episode, actions sampled from the policy'
+    """
+    std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
+    episodes = f"{len(returns):,} episode" + ("" if len(returns) == 1 else "s")
+    actions = "actions sampled from the policy" if sample else "greedy actions"
+    return (
+        f"{name} on {env_id}: mean return {statistics.fmean(returns):,.2f} ± {std:,.2f} (std) "
+        f"over {episodes}, {actions}"
+    )
+
+
 def evaluate_command(argv: list[str]) -> int:
     """Parse, run the episodes, print mean and std; return the exit status."""
     args = build_parser().parse_args(argv)
@@ -175,16 +193,10 @@ def evaluate_command(argv: list[str]) -> int:
             finished = finished_returns(rollout)
             returns.extend(finished or [float(rollout["next", "episode_reward"][..., -1, :].sum())])
     env.close()
-    returns = returns[: args.episodes]
-    std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
-    print(
-        f"{name} on {config.env_id}: mean return {statistics.fmean(returns):.2f} ± {std:.2f} "
-        f"(std) over {len(returns)} episodes, "
-        + ("actions sampled from the policy" if args.sample else "greedy actions")
-    )
+    print(result_line(name, config.env_id, returns[: args.episodes], sample=args.sample))
     if args.video is not None:
         write_video(frames, args.video, args.fps)
-        print(f"wrote {args.video} ({len(frames)} frames)")
+        print(f"wrote {args.video} ({len(frames):,} frames)")
     return 0
 
 

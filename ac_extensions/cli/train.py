@@ -76,6 +76,7 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         "--out",
         type=Path,
         default=None,
+        metavar="DIR",
         help="output directory (default: runs/<algorithm>-<env>-seed<seed>)",
     )
     run.add_argument(
@@ -85,6 +86,7 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         "--threshold",
         type=float,
         default=None,
+        metavar="RETURN",
         help="return for frames_to_threshold (default: the env's reward threshold)",
     )
     run.add_argument(
@@ -99,7 +101,7 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         type=float,
         default=0.0,
         metavar="M",
-        help="and at most once every M minutes, the final one always (default 0: no limit)",
+        help="and at most once every M minutes, the final one always (0: no limit; default: 0)",
     )
     run.add_argument(
         "--resume",
@@ -114,6 +116,7 @@ def build_parser(name: str | None = None, config_cls: type | None = None) -> Arg
         "--progress-seconds",
         type=float,
         default=30.0,
+        metavar="S",
         help="seconds between two progress lines off a terminal (default: 30)",
     )
     if config_cls is not None:

@@ -91,14 +91,14 @@ class A2CConfig(OnPolicyConfig):
     """Total environment frames to collect (SB3's A2C needs ~100k on CartPole-v1)."""
     workers: int = 1
     """Collector worker processes (W). One worker × 8 envs × 5 steps is SB3's A2C batch
-    exactly: 40 frames per update. Measured (``benchmarks/results/a2c_cartpole.md``, seeds
-    1–10, frames until the 20-episode mean reaches 475, median): 84,780 against SB3's zoo A2C
-    93,704 in the same run, where the previous default of 2 workers × 8 envs × 8 steps (128
-    frames per update, 3.2× fewer updates per frame) needed 121,280, at about twice the fps."""
+    exactly: 40 frames per update. On CartPole-v1 it needs a median 84,780 frames until the
+    20-episode mean reaches 475, against SB3's zoo A2C's 93,704 (seeds 1–10,
+    ``benchmarks/results/a2c_cartpole.md``); larger batches run at more frames per second but
+    need more frames (``benchmarks/results/defaults.md``)."""
     envs_per_worker: int = 8
-    """E."""
+    """Environments each worker steps at once (E)."""
     rollout_length: int = 5
-    """T (SB3's A2C ``n_steps`` 5)."""
+    """Steps per environment per batch (T; SB3's A2C ``n_steps`` 5)."""
     gamma: float = 0.99
     """Discount γ."""
     lmbda: float = 1.0
@@ -106,7 +106,7 @@ class A2CConfig(OnPolicyConfig):
     lr: float = 7e-4
     """RMSprop learning rate."""
     anneal_lr: bool = False
-    """Constant learning rate."""
+    """Decay the learning rate linearly to 0 over ``frames`` (off: constant, as SB3's A2C)."""
 
 
 def build(config: A2CConfig):

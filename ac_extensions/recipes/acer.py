@@ -151,7 +151,7 @@ class ACERConfig(RunConfig):
     frames: int = 60_000
     """Total environment frames to collect."""
     lr: float = 3e-3
-    """Adam learning rate (openai/baselines uses RMSprop 7e-4 on Atari)."""
+    """Adam learning rate (openai/baselines: RMSprop 7e-4 on Atari)."""
     envs_per_worker: int = 4
     """Environments each worker steps at once (E)."""
     rollout_length: int = 20
@@ -181,43 +181,45 @@ class ACERConfig(RunConfig):
     workers run beside it: with small networks one thread avoids oversubscribing the cores
     (see :attr:`ReactorConfig.torch_threads <ac_extensions.recipes.reactor.ReactorConfig>`)."""
     reward_scale: float = 0.1
-    """Factor on the rewards the learner sees (fresh batch and replay), after ``reward_clip``;
-    the logged returns stay the environment's. 0.1 keeps Q^ret's squared error in a range the
-    gradient-norm clip does not swallow (not in the paper, whose Atari rewards are clipped)."""
+    """Factor on the rewards the learner sees, after ``reward_clip``. It applies to the fresh
+    batch and the replay; the logged returns stay the environment's. 0.1 keeps Q^ret's squared
+    error in a range the gradient-norm clip does not swallow (not in the paper, whose Atari
+    rewards are clipped)."""
     num_samples: int = 5
-    """Continuous actions only: n, the stochastic dueling network's samples u_i ∼ π(·|x) in
-    Q̃(x, a) = V(x) + A(x, a) − (1/n) Σ_i A(x, u_i) (Wang et al., 2017, arXiv:1611.01224v2,
-    §5.1; n = 5 in pfrl and dchetelat/acer)."""
+    """Continuous actions only: n, the stochastic dueling network's samples u_i ∼ π(·|x). They
+    enter Q̃(x, a) = V(x) + A(x, a) − (1/n) Σ_i A(x, u_i) (Wang et al., 2017,
+    arXiv:1611.01224v2, §5.1; n = 5 in pfrl and dchetelat/acer)."""
     init_scale: float = 1.0
     """Continuous actions only: the initial σ of the learned state-independent scale."""
     fixed_scale: float | None = None
-    """Continuous actions only: a fixed σ instead of a learned one (the paper's 0.3, §6;
-    :class:`~ac_extensions.modules.FixedNormalScale`). None learns one log σ per dimension."""
-    activation: str = "tanh"
-    """Continuous actions only: the hidden layers' activation, ``"tanh"`` or ``"relu"``
-    (:func:`~ac_extensions.modules.make_continuous_actor_critic`)."""
+    """Continuous actions only: a fixed σ instead of a learned one (the paper's 0.3, §6).
+    :class:`~ac_extensions.modules.FixedNormalScale`; None learns one log σ per dimension."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Continuous actions only: the hidden layers' activation.
+    :func:`~ac_extensions.modules.make_continuous_actor_critic`'s, ``"tanh"`` or ``"relu"``."""
     share_torso: bool = False
-    """Discrete actions with vector observations only: one tanh MLP torso with a policy head
-    and a Q head (:func:`~ac_extensions.modules.make_acer_actor` with ``torso="mlp"``, the
-    layout of the paper's Atari network, Wang et al., 2017, arXiv:1611.01224v2, §6) instead of
-    separate policy and Q networks of ``hidden_sizes`` each. One torso pass instead of two per
+    """Discrete actions, vector observations: one tanh MLP torso for the policy and Q heads.
+    :func:`~ac_extensions.modules.make_acer_actor` with ``torso="mlp"``, the layout of the
+    paper's Atari network (Wang et al., 2017, arXiv:1611.01224v2, §6), instead of separate
+    policy and Q networks of ``hidden_sizes`` each. One torso pass instead of two per
     update; image observations always share theirs."""
     normalize_observations: bool = False
-    """Normalise vector observations by running mean and variance
-    (:class:`~ac_extensions.modules.ObservationNormalizer`: (x − mean)/sqrt(var + 1e-8),
-    clipped to ±10). The statistics are updated by the learner from every fresh batch before
+    """Normalise vector observations by running mean and variance.
+    :class:`~ac_extensions.modules.ObservationNormalizer`: (x − mean)/sqrt(var + 1e-8),
+    clipped to ±10. The statistics are updated by the learner from every fresh batch before
     its update, reach the workers with the weights, and are checkpointed with the run; the
     replay keeps raw observations and every replayed sample is normalised with the current
     statistics (never with those of its collection time)."""
     recurrent: Literal["lstm", "gru"] | None = None
-    """A recurrent memory after the torso (``None``: feed-forward): one network with policy and
+    """A recurrent memory after the torso (``None``: feed-forward). One network with policy and
     Q heads on the memory (:func:`~ac_extensions.modules.make_acer_actor`). Discrete actions
     only; for partially observed tasks (the paper's networks are feed-forward)."""
     recurrent_size: int = 128
     """Hidden size of the recurrent memory."""
     burn_in: int = 0
-    """Recurrent networks: the first ``burn_in`` steps of every replayed sequence only rebuild
-    the memory from its stored state (no loss on them); must be < ``rollout_length``."""
+    """Recurrent networks: first steps of each replayed sequence that only rebuild the memory.
+    The first ``burn_in`` steps of every replayed sequence rebuild the memory from its stored
+    state (no loss on them); must be < ``rollout_length``."""
 
     def _check_memory(self) -> None:
         """Check the recurrent fields (``recurrent``, ``recurrent_size``, ``burn_in``)."""

@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
@@ -112,75 +112,80 @@ class ReactorConfig(RunConfig):
     envs_per_worker: int = 4
     """Environments each worker steps at once (E)."""
     rollout_length: int = 32
-    """Steps per environment per collected batch (T); must be >= ``sequence_length`` since
-    replayed windows stay inside one collector row."""
+    """Steps per environment per collected batch (T), at least ``sequence_length``. Replayed
+    windows stay inside one collector row."""
     gamma: float = 0.99
     """Discount γ (Reactor/ACER/DQN's 0.99)."""
     lr: float = 3e-3
-    """Adam learning rate (tuned on CartPole-v1: ``benchmarks/results/defaults.md``)."""
+    """Adam learning rate (tuned on CartPole-v1). How: ``benchmarks/results/defaults.md``."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip (openai/baselines ACER's 10)."""
     entropy_coeff: float = 0.01
-    """Entropy bonus coefficient (A3C/ACER's 0.01; Reactor's unverified)."""
+    """Entropy bonus coefficient (A3C's and ACER's 0.01)."""
     critic_coeff: float = 1.0
     """Critic loss coefficient (:class:`ReactorLoss`'s default)."""
     hidden_sizes: tuple[int, ...] = (64,)
     """Widths of the shared MLP torso (ignored by the CNN torso of image observations)."""
     recurrent: bool = False
-    """LSTM branches with stored state and the previous action/reward input (Reactor's
-    network) or feed-forward branches (enough for Markov CartPole-v1, and much cheaper to
-    replay); see :func:`~ac_extensions.modules.make_reactor_actor`."""
+    """LSTM branches, Reactor's network (off: feed-forward branches). The LSTM branches keep a
+    stored state and read the previous action and reward; feed-forward branches are enough for
+    Markov CartPole-v1, and much cheaper to replay. See
+    :func:`~ac_extensions.modules.make_reactor_actor`."""
     recurrent_size: int = 64
     """Width of each branch (the LSTM hidden size, or the feed-forward layer's width)."""
     distributional: bool = True
-    """Categorical critic with distributional Retrace (Reactor) or a scalar critic with
-    scalar Retrace ("Reactor ND", the paper's ablation)."""
+    """Categorical critic with distributional Retrace (off: scalar, "Reactor ND"). Reactor's
+    critic, or a scalar critic with scalar Retrace ("Reactor ND", the paper's ablation)."""
     v_min: float = -10.0
-    """Lowest atom z_0 of the categorical support (C51's ±10, Bellemare et al., 2017,
-    arXiv:1707.06887; with ``reward_scale`` 0.1 CartPole's discounted returns lie in
-    [0, 10])."""
+    """Lowest atom z_0 of the categorical support (C51's −10). C51's support is ±10 (Bellemare
+    et al., 2017, arXiv:1707.06887); with ``reward_scale`` 0.1 CartPole's discounted returns
+    lie in [0, 10]."""
     v_max: float = 10.0
-    """Highest atom z_{N−1}. Raise it where Q nears it (dense-reward games such as MinAtar
-    SpaceInvaders; ``benchmarks/results/defaults.md``)."""
+    """Highest atom z_{N−1} of the support (C51's 10). Raise it where Q nears it (dense-reward
+    games such as MinAtar SpaceInvaders; ``benchmarks/results/defaults.md``)."""
     num_atoms: int = 51
     """N, atoms of the support (C51's and Reactor's 51)."""
     lmbda: float = 1.0
-    """Retrace λ of the trace c_s = λ min(1, ρ_s): 1, Munos et al., 2016's Retrace and Reactor's
-    (Gruslys et al., 2018, arXiv:1704.04651v2, appendix)."""
+    """Retrace λ of the trace c_s = λ min(1, ρ_s) (Retrace's and Reactor's 1). Munos et al.,
+    2016; Gruslys et al., 2018, arXiv:1704.04651v2, appendix."""
     loo_threshold: float = 1.0
-    """c of β = min(c, 1/µ(â)) (β-LOO, §3.1): 1 is plain leave-one-out, the paper's β = 1
-    (Gruslys et al., 2018, arXiv:1704.04651v2, appendix)."""
+    """c of β-LOO's β = min(c, 1/µ(â)) (1: plain leave-one-out, the paper's). §3.1; the
+    paper's β = 1 (Gruslys et al., 2018, arXiv:1704.04651v2, appendix)."""
     priority_eta: float = 0.0
-    """η of the sequence priority η max_t δ_t + (1 − η) mean_t δ_t: 0, the paper's mean along
-    the sequence (§3.3); R2D2's 0.9 was this recipe's default before (see
-    ``benchmarks/results/reactor_paper.md``)."""
-    priority_metric: str = "auto"
-    """δ_t of the priority: ``"auto"`` (the paper's: total variation between q*_t and
-    q(x_t, a_t) for the distributional critic, |TD| for ND), ``"tv"`` or ``"td"`` (|G_t − Q|,
-    the difference of the means; this recipe's default before). See :class:`ReactorLoss`."""
-    bootstrap_states: str = "unroll"
-    """Recurrent network only: the state at x_{t+1} from the pass over the window
-    (``"unroll"``) or stored at collection (``"stored"``, this recipe's behaviour before). See
-    :class:`ReactorLoss`."""
+    """η of the sequence priority η max_t δ_t + (1 − η) mean_t δ_t (0: the paper's mean). The
+    paper's priority is the mean along the sequence (§3.3); R2D2's 0.9 is an alternative
+    setting (in ``PREVIOUS``; ``benchmarks/results/reactor_paper.md``)."""
+    priority_metric: Literal["auto", "tv", "td"] = "auto"
+    """δ_t of the priority: total variation (tv), |TD| (td), or the paper's choice (auto).
+    ``"auto"`` is the total variation between q*_t and q(x_t, a_t) for the distributional
+    critic and |TD| for ND; ``"td"`` is |G_t − Q|, the difference of the means (R2D2's, in
+    ``PREVIOUS``). See :class:`ReactorLoss`."""
+    bootstrap_states: Literal["unroll", "stored"] = "unroll"
+    """Recurrent network only: the state at x_{t+1} from the window's pass, or as collected.
+    ``"unroll"`` takes it from the pass over the window, ``"stored"`` (in ``PREVIOUS``) from
+    collection. See :class:`ReactorLoss`."""
     policy_epsilon: float = 0.01
-    """ε of the policy (1 − ε) softmax + ε/A (the paper mixes in a uniform distribution,
-    §3.4.1; its value is unverified, 0.01 is ours; 0 was this recipe's network before)."""
+    """ε of the policy (1 − ε) softmax + ε/A (0: plain softmax). The paper mixes in a uniform
+    distribution (§3.4.1); 0.01 is this recipe's choice of ε (0 in ``PREVIOUS``)."""
     dueling: bool = True
-    """Dueling distributional Q head (the paper's, §3.4.1; False: one linear layer, before)."""
+    """Dueling distributional Q head, the paper's (off: one linear layer). §3.4.1; False
+    (in ``PREVIOUS``): a single-stream head of one linear layer."""
     policy_torso_gradient: bool = False
-    """Whether the policy's gradient reaches the shared torso (the paper blocks it, §3.4.1;
-    MinAtar's default lets it: see ``FAMILY_DEFAULTS``)."""
+    """Let the policy's gradient reach the shared torso (the paper blocks it, §3.4.1).
+    MinAtar's default lets it: see ``FAMILY_DEFAULTS``."""
     target_update_period: int = 100
-    """Learner steps between two copies of the online parameters into the target network
-    (``HardUpdate``; tuned, the paper's is 1,000, Gruslys et al., 2018, appendix)."""
-    sequence_length: int = 16
-    """L, steps per replayed sequence (tuned; the paper's is 33, Gruslys et al., 2018,
+    """Learner steps between two copies of the online parameters into the target network.
+    ``HardUpdate``; tuned on CartPole-v1, the paper's is 1,000 (Gruslys et al., 2018,
     appendix)."""
+    sequence_length: int = 16
+    """L, steps per replayed sequence (tuned; the paper's is 33). Gruslys et al., 2018,
+    appendix."""
     batch_size: int = 16
-    """Sequences per learner step (B; the paper's is 4, Gruslys et al., 2018, appendix)."""
+    """Sequences per learner step (B; the paper's is 4). Gruslys et al., 2018, appendix."""
     acting_steps_per_learning_step: float = 4.0
-    """Environment frames collected per learner step: the fixed acting/learning ratio (the
-    paper reports 4–6 acting steps per learning step: Gruslys et al., 2018)."""
+    """Environment frames collected per learner step (the paper's ratio is 4–6). The fixed
+    acting/learning ratio; the paper reports 4–6 acting steps per learning step (Gruslys et
+    al., 2018)."""
     replay_capacity: int = 100_000
     """Frames kept in the replay (rounded down to whole collector rows)."""
     replay_start: int = 1_000
@@ -190,16 +195,18 @@ class ReactorConfig(RunConfig):
     uniform_probability: float = 0.1
     """ε, the probability that a sequence is drawn uniformly (the sampler's default)."""
     importance_exponent: float = 1.0
-    """β of the importance weights w = (P(t)/P_min)^−β: the paper's fixed β = 1 (§3.3; full
-    correction of the prioritised sampling). 0.4, PER's starting value, learns faster at short
-    budgets and is a named option (``benchmarks/results/defaults.md``)."""
+    """β of the importance weights w = (P(t)/P_min)^−β (1: the paper's, full correction). The
+    paper's fixed β = 1 (§3.3) corrects the prioritised sampling fully. 0.4, PER's starting
+    value, learns faster at short budgets and is a named option (in ``PREVIOUS``;
+    ``benchmarks/results/defaults.md``)."""
     torch_threads: int | None = 1
     """Threads of the learner process (``None``: torch's default). One by default: the
-    networks are tiny, and on a 2-core machine shared with the collector workers a learner step
-    measured ~40 ms with one thread against 100 ms–1 s with two (oversubscription)."""
+    networks are tiny, and a learner that shares the CPU cores with the collector workers slows
+    down when its threads outnumber the free cores (oversubscription;
+    ``benchmarks/results/defaults.md``)."""
     reward_scale: float = 0.1
-    """Factor on the rewards the learner sees (so the discounted returns fit the support);
-    the logged returns stay the environment's, and it applies after ``reward_clip``. Not in
+    """Factor on the rewards the learner sees, so the discounted returns fit the support. It
+    applies after ``reward_clip``; the logged returns stay the environment's. Not in
     the paper, whose Atari rewards are clipped to [−1, 1] instead (Atari's ``reward_clip``)."""
 
     PAPER: ClassVar[Mapping[str, Any]] = {
@@ -224,11 +231,12 @@ class ReactorConfig(RunConfig):
         "dueling": False,
         "policy_torso_gradient": True,
     }
-    """The settings where this recipe departed from the paper before it followed it (R2D2's
-    priority of the mean difference, β 0.4, plain softmax, single-stream Q head, policy
-    gradient into the torso, stored bootstrap states): ``ReactorConfig(**ReactorConfig.
-    PREVIOUS)`` reproduces it. Faster at 50k MinAtar frames, slightly slower on CartPole-v1
-    (``benchmarks/results/defaults.md``); the paper's stay the defaults."""
+    """An alternative setting of the options ``PAPER`` lists: R2D2's priority of the mean
+    difference (η 0.9, |G_t − Q|), PER's β 0.4, a plain softmax policy, a single-stream Q head,
+    the policy gradient into the torso and stored bootstrap states;
+    ``ReactorConfig(**ReactorConfig.PREVIOUS)``. Faster than the paper's settings at 50k
+    MinAtar frames, slightly slower on CartPole-v1 (``benchmarks/results/defaults.md``); the
+    paper's are the defaults."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -275,7 +283,7 @@ class ReactorConfig(RunConfig):
             )
 
     def _check_paper_options(self) -> None:
-        """Validate the options that choose between the paper and the earlier recipe."""
+        """Validate the options that choose between ``PAPER`` and ``PREVIOUS``."""
         if self.priority_metric not in ("auto", "tv", "td"):
             raise ValueError(
                 f"priority_metric must be 'auto', 'tv' or 'td', got {self.priority_metric!r}"

@@ -10,10 +10,9 @@ replace the class defaults, and ``overrides`` (the fields a user set) replace bo
 what measured them: every recipe's MinAtar values ran the MinAtar grid
 (``benchmarks/minatar_grid.py``, ``benchmarks/results/minatar.md``: five games, seeds 1–3,
 1M frames) and some were chosen against alternatives there (PPO's layout, shared torso and
-epochs; Reactor's torso gradient and support; ACER's step size, where 5e-4 measured better
-than the default and is a named setting until the grid reruns ACER with it;
-``benchmarks/results/minatar_variants.md``); the Atari values have not been measured with
-these recipes.
+epochs; Reactor's torso gradient and support; ACER's step size, with 5e-4 an alternative
+setting; ``benchmarks/results/minatar_variants.md``); the Atari values have not been measured
+with these recipes.
 """
 
 from __future__ import annotations
@@ -31,16 +30,17 @@ from ac_extensions.runtime.envs import env_family
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Fields common to every recipe (defaults: CartPole-v1 on this 2-core machine)."""
+    """Fields common to every recipe (defaults: CartPole-v1 on a machine with a few CPU cores)."""
 
     env_id: str = "CartPole-v1"
-    """Gymnasium id (a discrete action space; the ACER recipe also takes a 1-D Box)."""
+    """Gymnasium id (discrete actions; A2C, PPO and ACER also take 1-D Box actions)."""
     frames: int = 100_000
     """Total environment frames to collect."""
     workers: int = 2
-    """Collector worker processes (W); this machine has 2 cores."""
+    """Collector worker processes (W). Each is a process of its own, beside the learner's: more
+    workers than free CPU cores slow the run down."""
     envs_per_worker: int = 8
-    """Environments each worker steps at once (E): amortises TorchRL's per-step overhead."""
+    """Environments each worker steps at once (E). More amortise TorchRL's per-step overhead."""
     rollout_length: int = 32
     """Steps per environment per batch (T); a batch is W·E·T frames."""
     gamma: float = 0.98
@@ -62,33 +62,37 @@ class RunConfig:
     device: str = "cpu"
     """Learner device (``cpu`` or ``cuda``); workers step the environments on CPU."""
     backend: Literal["local", "ray"] = "local"
-    """Collection backend: ``local`` (TorchRL's ``MultiSyncCollector``, W worker processes on
-    this machine) or ``ray`` (TorchRL's ``RayCollector``, W collector actors on a Ray cluster;
-    ACER and Reactor then keep their replay in a Ray actor the collectors write into; needs
-    the ``ray`` extra, see :mod:`ac_extensions.runtime.ray_backend`). Ray runs are not
-    bit-reproducible: batches arrive in the order the actors finish."""
+    """Collection backend: local worker processes or actors on a Ray cluster. ``local``
+    (TorchRL's ``MultiSyncCollector``, W worker processes on the learner's machine) or ``ray``
+    (TorchRL's ``RayCollector``, W collector actors on a Ray cluster; ACER and Reactor then
+    keep their replay in a Ray actor the collectors write into; needs the ``ray`` extra, see
+    :mod:`ac_extensions.runtime.ray_backend`). Ray runs are not bit-reproducible: batches
+    arrive in the order the actors finish."""
     start_method: Literal["fork", "spawn", "forkserver"] | None = None
-    """How the local backend starts its worker processes (``multiprocessing`` start methods).
-    ``spawn`` (TorchRL's default) starts a fresh interpreter that imports torch, TorchRL and
-    the env again: ~4–5 s per run on this machine before the first frame. ``fork`` copies the
-    learner process instead (~0.1 s); Linux/macOS only, and not with a CUDA learner (CUDA does
-    not survive a fork). None: ``fork`` where that is possible (a CPU learner on Linux),
+    """How the local backend starts its workers (``None``: fork where possible, else spawn).
+    These are ``multiprocessing`` start methods. ``spawn`` (TorchRL's default) starts a fresh
+    interpreter that imports torch, TorchRL and the env again, which takes seconds before the
+    first frame; ``fork`` copies the learner process instead, in a fraction of a second
+    (``benchmarks/results/defaults.md``); Linux/macOS only, and not with a CUDA learner (CUDA
+    does not survive a fork). None: ``fork`` where that is possible (a CPU learner on Linux),
     otherwise ``spawn``."""
     ray_address: str | None = None
-    """Ray cluster to join with backend ``ray`` (``auto``, ``HOST:6379``, ``ray://HOST:10001``);
-    None starts a local Ray instance for the run and stops it afterwards."""
+    """Ray cluster to join with backend ``ray`` (``auto``, ``HOST:6379``, ``ray://HOST:10001``;
+    ``None``: a local one). None starts a local Ray instance for the run and stops it
+    afterwards."""
     max_nonfinite_updates: int = 10
-    """Fault tolerance: an update whose loss or gradient norm is NaN/inf is skipped (no
-    optimiser step), a batch with a NaN/inf observation or reward is dropped (no learning, not
-    stored); each warns and counts in ``train/skipped_updates`` / ``train/skipped_batches``.
-    This many in a row stop the run (``NonFiniteError``, no checkpoint written for it)."""
+    """Non-finite (NaN/inf) updates or batches in a row that stop the run. Fault tolerance: an
+    update whose loss or gradient norm is NaN/inf is skipped (no optimiser step), a batch with a
+    NaN/inf observation or reward is dropped (no learning, not stored); each warns and counts in
+    ``train/skipped_updates`` / ``train/skipped_batches``. This many in a row stop the run
+    (``NonFiniteError``, no checkpoint written for it)."""
     reward_clip: float | None = None
-    """Rewards the learner sees are clipped to [−reward_clip, reward_clip] (before any scaling
-    or normalisation); the logged episode returns stay the game's. ``None``: not clipped. Atari
-    defaults to 1, DQN's preprocessing that the PPO, ACER and Reactor papers share (Mnih et
-    al., 2015, Nature 518, "Methods")."""
+    """Clip the rewards the learner sees to [−reward_clip, reward_clip] (``None``: no clipping).
+    The clip comes before any scaling or normalisation; the logged episode returns stay the
+    game's. Atari defaults to 1, DQN's preprocessing that the PPO, ACER and Reactor papers
+    share (Mnih et al., 2015, Nature 518, "Methods")."""
     async_collection: bool = False
-    """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``): each batch is
+    """Collect while the learner trains (TorchRL's ``MultiAsyncCollector``). Each batch is
     then one worker's E·T frames, in the order the workers finish, and the workers start their
     next rollout at once, with weights that the learner's updates replace mid-rollout (each
     step's behaviour statistics are stored with it, so PPO's ratio and the off-policy
@@ -235,17 +239,19 @@ class OnPolicyConfig(RunConfig):
     recurrent_size: int = 64
     """Hidden size of the recurrent memory."""
     share_torso: bool = False
-    """One torso for actor and critic (feed-forward only; ``make_actor_critic``'s
-    ``share_torso``): both heads read its features and the sum of the losses trains it."""
+    """One torso for actor and critic (feed-forward networks only). Both heads read its
+    features and the sum of the losses trains it (``make_actor_critic``'s ``share_torso``)."""
     head_sizes: tuple[int, ...] = ()
-    """With ``share_torso``: hidden widths of the policy and value heads on the shared
-    features (one tanh MLP each); ``()``: one linear layer each."""
+    """With ``share_torso``: hidden widths of the policy and value heads (none: linear heads).
+    One tanh MLP each on the shared features; ``()`` (``none`` on the command line): one
+    linear layer each."""
     sequence_length: int | None = None
     """Training sequence length L for recurrent policies (None: the whole rollout, T); T must
     be a multiple of L."""
     burn_in: int = 0
-    """Steps replayed before each training sequence only to warm up the hidden state (masked
-    out of the loss; Kapturowski et al., 2019, R2D2, §3). 0: start from the stored state."""
+    """Steps replayed before each training sequence only to warm up the hidden state. They are
+    masked out of the loss (Kapturowski et al., 2019, R2D2, §3). 0: start from the stored
+    state."""
     observation_keys: tuple[str, ...] = ("observation",)
     """Observation entries; several (Dict observations) are concatenated."""
     transform_factory: Callable | None = None
@@ -260,17 +266,17 @@ class OnPolicyConfig(RunConfig):
     torch_threads: int | None = None
     """Threads for the learner (None: torch's default)."""
     tanh_squash: bool = False
-    """Continuous actions only: squash the Gaussian with tanh onto the action bounds
-    (``make_actor_critic``'s ``"tanh_normal"``) instead of clipping its samples at the env."""
+    """Continuous actions only: squash the Gaussian onto the action bounds with tanh. Without
+    it the env clips the Gaussian's samples (``make_actor_critic``'s ``"tanh_normal"``)."""
     init_scale: float = 1.0
     """Continuous actions only: the Gaussian's initial σ (SB3's ``log_std_init`` 0)."""
     normalize_observations: bool = False
-    """Normalise vector observations by their running mean and variance
-    (:class:`~ac_extensions.modules.ObservationNormalizer`, SB3's ``VecNormalize`` rule):
-    the collection policy stores the normalised observation, which the losses read."""
+    """Normalise vector observations by their running mean and variance (SB3's rule).
+    :class:`~ac_extensions.modules.ObservationNormalizer`, SB3's ``VecNormalize`` rule: the
+    collection policy stores the normalised observation, which the losses read."""
     normalize_rewards: bool = False
-    """Divide rewards by the running standard deviation of the discounted return
-    (:class:`~ac_extensions.modules.RewardNormalizer`, SB3's ``VecNormalize`` rule)."""
+    """Divide rewards by the running standard deviation of the discounted return (SB3's rule).
+    :class:`~ac_extensions.modules.RewardNormalizer`, SB3's ``VecNormalize`` rule."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -312,28 +313,89 @@ def test_bad_input_gives_one_line_and_writes_nothing(case, ppo_run, tmp_path, ca
     assert not (tmp_path / "new").exists()
 
 
+HELP_LINES = {"a2c": 95, "ppo": 128, "acer": 100, "reactor": 120}
+"""Most lines of ``ac-train ALGORITHM --help`` at 100 columns (measured: 88, 119, 92, 112)."""
+
+
+def help_entries(raw: str) -> dict[str, list[str]]:
+    """The config fields' flags of a help text → their help lines (at most one per line)."""
+    section = raw.split(" fields:\n", 1)[1]
+    entries: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line.startswith("  -"):
+            flag, _, beside = line.strip().partition("  ")
+            entries[flag] = [beside.strip()] if beside.strip() else []
+        elif line.strip():
+            entries[flag].append(line.strip())
+    return entries
+
+
 @pytest.mark.timeout(120)
-def test_help_lists_every_field_with_its_documentation(capsys):
+@pytest.mark.parametrize("name", list(EXTRA))
+def test_help_lists_every_field_with_its_documentation(name, capsys, monkeypatch):
     import dataclasses
+    import re
 
-    from ac_extensions.recipes.acer import ACERConfig
+    from ac_extensions.cli._config import load_recipe
 
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to the terminal's width
+    _, config_cls = load_recipe(name)
     with pytest.raises(SystemExit) as exit_:
-        train.main(["acer", "--help"])
+        train.main([name, "--help"])
     assert exit_.value.code == 0
     raw = capsys.readouterr().out
     text = " ".join(raw.split())
-    for field in dataclasses.fields(ACERConfig):
+    for field in dataclasses.fields(config_cls):
         if field.name not in ("env_id", "algorithm", "transform_factory", "reshape_reward"):
             assert f"--{field.name.replace('_', '-')}" in text, field.name
-    assert "Steps per sequence (k = 20 in the paper)" in text  # the field's docstring
+    if name == "acer":
+        assert "Steps per sequence (k = 20 in the paper)" in text  # the field's docstring
     assert "--env ENV_ID" in text and "--resume DIR" in text and "--logger" in text
     # Readable: one spelling, defaults once, no markup, booleans as --flag/--no-flag.
-    assert "--env-id" not in text and "--share_torso" not in text and "--env_id" not in text
-    assert "--share-torso/--no-share-torso" in text
-    assert text.count("(default:") == text.count("(default: ") and "(default: None) (" not in text
-    assert ":class:" not in text and "``" not in text and ":mod:" not in text
-    assert len(raw.splitlines()) < 170
+    assert "--env-id" not in text and "--async_collection" not in text and "--env_id" not in text
+    assert "--async-collection/--no-async-collection" in text
+    assert text.count("(default:") == text.count("(default: ")
+    for markup in (":class:", ":func:", ":mod:", ":attr:", ":meth:", "``"):
+        assert markup not in text, markup
+    assert "None" not in raw  # a None default reads "none", and so do the choices
+    assert max(map(len, raw.splitlines())) <= 100
+    # No word split by the wrapping (argparse's textwrap breaks "feed-" / "forward").
+    lines = raw.splitlines()
+    for line, after in itertools.pairwise(lines):
+        assert not (re.search(r"\w-$", line) and after.startswith(" " * 30)), (line, after)
+    entries = help_entries(raw)
+    assert len(entries) >= len(dataclasses.fields(config_cls)) - 3
+    for flag, help_lines in entries.items():
+        assert 1 <= len(help_lines) <= 3, (flag, help_lines)  # the first sentence only
+        defaults = re.findall(r"\(default: ([^;()]*)((?:; [^;()]*)*)\)$", " ".join(help_lines))
+        assert len(defaults) == 1, (flag, help_lines)  # the default, once, at the end
+        default, families = defaults[0]
+        labels = [part.partition(": ")[0] for part in families.split("; ")[1:]]
+        values = [part.partition(": ")[2] for part in families.split("; ")[1:]]
+        assert default not in values, (flag, help_lines)  # a family's value only if it differs
+        assert len(set(labels)) == len(labels), (flag, help_lines)
+    assert len(lines) <= HELP_LINES[name], len(lines)
+
+
+def test_none_is_typed_and_shown_as_none(tmp_path, capsys, monkeypatch):
+    out = ["--out", str(tmp_path / "run")]
+    _, config, _ = train.parse(["ppo", "--start-method", "spawn", "--recurrent", "none", *out])
+    assert (config.start_method, config.recurrent) == ("spawn", None)
+    _, config, _ = train.parse(["acer", "--recurrent", "gru", "--torch-threads", "none", *out])
+    assert (config.recurrent, config.torch_threads) == ("gru", None)
+    _, config, _ = train.parse(
+        ["ppo", "--env", "MinAtar/Breakout-v1", "--head-sizes", "none", *out]
+    )
+    assert config.head_sizes == ()  # MinAtar's default is (64, 64)
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        train.main(["ppo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--start-method {fork,spawn,forkserver,none}" in text
+    assert "--recurrent {lstm,gru,none}" in text
+    assert "(default: 0.98; MinAtar, Atari: 0.99)" in text  # --gamma
+    assert train.main(["ppo", "--start-method", "thread", *out]) == 2
+    assert "(choose from 'fork', 'spawn', 'forkserver', 'none')" in capsys.readouterr().err
 
 
 def test_every_spelling_of_a_flag_still_parses(tmp_path):
@@ -412,10 +474,20 @@ def test_the_result_line_formats_numbers_for_people():
     assert "None" not in train.result_line(missed)
 
 
+def test_the_eval_line_formats_numbers_for_people():
+    line = evaluate.result_line("acer", "Pendulum-v1", [-1227.7279, -1327.7279, -1127.7279])
+    assert line == (
+        "acer on Pendulum-v1: mean return -1,227.73 ± 81.65 (std) over 3 episodes, greedy actions"
+    )
+    line = evaluate.result_line("ppo", "CartPole-v1", [500.0], sample=True)
+    assert line.endswith("500.00 ± 0.00 (std) over 1 episode, actions sampled from the policy")
+    assert "over 1,200 episodes" in evaluate.result_line("ppo", "CartPole-v1", [1.0] * 1200)
+
+
 @pytest.mark.timeout(300)
 def test_eval_says_whether_actions_are_greedy_or_sampled(ppo_run, capsys):
     assert evaluate.main([str(ppo_run), "--episodes", "1"]) == 0
-    assert capsys.readouterr().out.rstrip().endswith("over 1 episodes, greedy actions")
+    assert capsys.readouterr().out.rstrip().endswith(" over 1 episode, greedy actions")
     assert evaluate.main([str(ppo_run), "--episodes", "1", "--sample"]) == 0
     assert "actions sampled from the policy" in capsys.readouterr().out
 
