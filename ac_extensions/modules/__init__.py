@@ -31,6 +31,7 @@ from ac_extensions.modules.reactor import (
     reactor_env_transforms,
     reactor_hidden_state_keys,
 )
+from ac_extensions.modules.rnd import RandomNetworkDistillation, rnd_networks
 
 __all__ = [
     "NORMALIZED_OBSERVATION",
@@ -41,6 +42,7 @@ __all__ = [
     "NatureCNN",
     "ObservationNormalizer",
     "PreviousActionReward",
+    "RandomNetworkDistillation",
     "RewardNormalizer",
     "StochasticDuelingNetwork",
     "TorsoHead",
@@ -54,5 +56,6 @@ __all__ = [
     "reactor_hidden_state_keys",
     "recurrent_env_transforms",
     "recurrent_in_keys",
+    "rnd_networks",
     "shared_features",
 ]

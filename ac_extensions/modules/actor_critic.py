@@ -156,6 +156,7 @@ def make_actor_critic(
     distribution: Distribution = "categorical",
     init_scale: float = 1.0,
     action_bounds: tuple[float, float] = (-1.0, 1.0),
+    value_keys: Sequence[str] = ("state_value",),
 ) -> tuple[ProbabilisticActor, TensorDictModule]:
     """Build an actor (categorical or diagonal Gaussian) and a state-value critic.
 
@@ -203,11 +204,14 @@ def make_actor_critic(
         distribution: ``"categorical"``, ``"normal"`` or ``"tanh_normal"``.
         init_scale: the Gaussians' initial σ (> 0).
         action_bounds: ``(low, high)`` of ``"tanh_normal"`` (scalars or ``[d]`` tensors).
+        value_keys: the critic's value heads, one output each on the same network (two for
+            :class:`~ac_extensions.objectives.RNDPPOLoss`: extrinsic and intrinsic values).
 
     Returns:
         ``(actor, critic)``: the actor writes ``logits`` (``[*B, A]``) or ``loc`` and ``scale``
         (``[*B, d]`` each), ``action`` (an index ``[*B]``, or ``[*B, d]``) and
-        ``action_log_prob`` (``[*B]``); the critic writes ``state_value`` (``[*B, 1]``).
+        ``action_log_prob`` (``[*B]``); the critic writes ``state_value`` (``[*B, 1]``; each
+        of ``value_keys``).
 
     Example:
         >>> from tensordict import TensorDict
@@ -236,23 +240,33 @@ def make_actor_critic(
     def policy_net(net: nn.Module) -> nn.Module:
         return nn.Sequential(net, gaussian_scale()) if continuous else net
 
+    value_keys = list(value_keys)
+    heads = len(value_keys)
+
+    def value_operator(net: nn.Module) -> TensorDictModule:
+        if heads == 1:
+            return ValueOperator(net, in_keys=[observation_key], out_keys=value_keys)
+        return ValueOperator(
+            nn.Sequential(net, SplitHeads(heads)), in_keys=[observation_key], out_keys=value_keys
+        )
+
     if share_torso:
         body, width = make_encoder(torso, observation_dim, hidden_sizes)
         cache = FeatureCache()
         actor_net = TorsoHead(body, mlp(width, num_actions, head_sizes, head_gain=0.01), cache)
-        critic_net = TorsoHead(body, mlp(width, 1, head_sizes, head_gain=1.0), cache)
+        critic_net = TorsoHead(body, mlp(width, heads, head_sizes, head_gain=1.0), cache)
         actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
-        critic = ValueOperator(critic_net, in_keys=[observation_key])
+        critic = value_operator(critic_net)
     elif recurrent is None and torso == "mlp":
         actor_net = mlp(observation_dim, num_actions, hidden_sizes, head_gain=0.01)
-        critic_net = mlp(observation_dim, 1, hidden_sizes, head_gain=1.0)
+        critic_net = mlp(observation_dim, heads, hidden_sizes, head_gain=1.0)
         actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
-        critic = ValueOperator(critic_net, in_keys=[observation_key])
+        critic = value_operator(critic_net)
     elif recurrent is None:
         actor_net = _image_net(torso, observation_dim, num_actions, head_gain=0.01)
-        critic_net = _image_net(torso, observation_dim, 1, head_gain=1.0)
+        critic_net = _image_net(torso, observation_dim, heads, head_gain=1.0)
         actor_body = TensorDictModule(policy_net(actor_net), [observation_key], out_keys)
-        critic = ValueOperator(critic_net, in_keys=[observation_key])
+        critic = value_operator(critic_net)
     else:
         actor_body = _recurrent_branch(
             "actor",
@@ -271,13 +285,14 @@ def make_actor_critic(
             "critic",
             observation_key,
             observation_dim,
-            1,
+            heads,
             hidden_sizes,
             recurrent,
             recurrent_size,
-            out_key="state_value",
+            out_key=value_keys,
             head_gain=1.0,
             torso=torso,
+            head_extra=SplitHeads(heads) if heads > 1 else None,
         )
     actor = ProbabilisticActor(
         actor_body,
@@ -287,6 +302,18 @@ def make_actor_critic(
         **_distribution(distribution, action_bounds),
     )
     return actor, critic
+
+
+class SplitHeads(nn.Module):
+    """``[*B, n]`` → n tensors ``[*B, 1]``: one output per value head of a critic."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Split the last dim into ``heads`` columns."""
+        return tuple(x.split(1, dim=-1))
 
 
 def _check_arguments(torso, distribution, init_scale, share_torso, recurrent, head_sizes) -> None:

@@ -141,7 +141,11 @@ class RewardNormalizer(nn.Module):
         eps: added to the variance.
         clip: the bound on |normalised reward|.
         reward_key: the reward entry, scaled in place.
-        done_key: where R resets.
+        done_key: where R resets; ``None``: never (a non-episodic return, as Random Network
+            Distillation's intrinsic reward uses, Burda et al., 2018, arXiv:1810.12894, §2.3).
+        forget: the fraction of the accumulated statistics' weight dropped before each batch
+            is merged (0: every batch weighs the same, ``VecNormalize``'s rule; > 0: an
+            exponential moving estimate that follows a reward scale which keeps shrinking).
 
     Example:
         >>> from tensordict import TensorDict
@@ -159,11 +163,15 @@ class RewardNormalizer(nn.Module):
         eps: float = 1e-8,
         clip: float = 10.0,
         reward_key: NestedKey = ("next", "reward"),
-        done_key: NestedKey = ("next", "done"),
+        done_key: NestedKey | None = ("next", "done"),
+        forget: float = 0.0,
     ) -> None:
         super().__init__()
         if not 0 <= gamma <= 1:
             raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
+        if not 0 <= forget < 1:
+            raise ValueError(f"forget must lie in [0, 1), got {forget}")
+        self.forget = float(forget)
         if not (eps > 0 and clip > 0):
             raise ValueError(f"eps and clip must be > 0, got {eps}, {clip}")
         self.gamma, self.eps, self.clip = float(gamma), float(eps), float(clip)
@@ -183,7 +191,10 @@ class RewardNormalizer(nn.Module):
             )
         rows, steps = tensordict.batch_size
         reward = tensordict.get(self.reward_key)
-        done = tensordict.get(self.done_key)
+        if self.done_key is None:
+            done = torch.zeros_like(reward, dtype=torch.bool)
+        else:
+            done = tensordict.get(self.done_key)
         if reward.shape != (rows, steps, 1) or done.shape != (rows, steps, 1):
             raise ValueError(
                 f"{self.reward_key!r} and {self.done_key!r} must have shape "
@@ -200,7 +211,7 @@ class RewardNormalizer(nn.Module):
             running = running * keep[:, t]
         self.returns.copy_(running)
         batch_mean, batch_var, batch_count = returns.mean(), returns.var(unbiased=False), r.numel()
-        count = float(self.count)
+        count = float(self.count) * (1.0 - self.forget)
         total = count + batch_count
         delta = batch_mean - self.mean
         m2 = self.var * count + batch_var * batch_count

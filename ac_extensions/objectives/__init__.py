@@ -6,7 +6,7 @@ from ac_extensions.objectives.a2c import SequenceA2CLoss
 from ac_extensions.objectives.acer import ACERLoss
 from ac_extensions.objectives.acer_continuous import ContinuousACERLoss
 from ac_extensions.objectives.addons import KLPenalty, PolicyLossAddon
-from ac_extensions.objectives.ppo import SequencePPOLoss
+from ac_extensions.objectives.ppo import RNDPPOLoss, SequencePPOLoss
 from ac_extensions.objectives.reactor import ReactorLoss
 from ac_extensions.objectives.value import ACValueEstimators, RetraceEstimator
 
@@ -16,6 +16,7 @@ __all__ = [
     "ContinuousACERLoss",
     "KLPenalty",
     "PolicyLossAddon",
+    "RNDPPOLoss",
     "ReactorLoss",
     "RetraceEstimator",
     "SequenceA2CLoss",

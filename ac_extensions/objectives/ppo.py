@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModule, dispatch
 from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.utils import distance_loss
 
 from ac_extensions.modules import shared_features
 from ac_extensions.objectives._sequence import SequenceLossMixin
@@ -130,4 +132,134 @@ class SequencePPOLoss(SequenceLossMixin, ClipPPOLoss):
         return out
 
 
-__all__ = ["SequencePPOLoss"]
+class RNDPPOLoss(SequencePPOLoss):
+    """PPO with an extrinsic and an intrinsic value head, for Random Network Distillation.
+
+    Burda et al., 2018, "Exploration by Random Network Distillation", arXiv:1810.12894, §2.3:
+    the extrinsic reward is episodic and the intrinsic one is not, so each gets its own value
+    head and its own advantage (computed outside the loss, like PPO's: GAE with γ_E and done
+    cuts for the extrinsic stream, γ_I and no cuts for the intrinsic one), and the policy
+    follows their weighted sum
+
+        A_t = c_E · A^E_t + c_I · A^I_t      (c_E = 2, c_I = 1: the paper's)
+
+    which then goes through :class:`SequencePPOLoss` unchanged (standardised, clipped
+    surrogate). ``loss_critic`` sums both heads' losses,
+    ``critic_coeff · (d(V^E, G^E) + d(V^I, G^I))``; with ``critic_coeff`` 0.5 and ``"l2"`` this
+    is the paper's value loss. Given a :class:`~ac_extensions.modules.RandomNetworkDistillation`
+    module, its predictor's ``loss_rnd`` is added to the output too, so one backward pass
+    trains policy, both values and predictor.
+
+    Inputs beyond :class:`SequencePPOLoss`'s: ``advantage_intrinsic`` and
+    ``value_target_intrinsic`` ([*B, 1]); the critic must write ``state_value_intrinsic`` as
+    well as ``state_value`` (``make_actor_critic(..., value_keys=("state_value",
+    "state_value_intrinsic"))``); with ``rnd``, the ``("next", observation)`` it reads.
+
+    Args:
+        actor_network: as :class:`SequencePPOLoss`.
+        critic_network: a value operator writing both value keys in one pass.
+        rnd: the intrinsic-reward module whose predictor trains with this loss (None: the
+            intrinsic reward comes from elsewhere and only the two heads are trained here).
+        extrinsic_coeff: c_E.
+        intrinsic_coeff: c_I.
+        intrinsic_advantage_key, intrinsic_value_target_key, intrinsic_value_key: the
+            intrinsic entries' names.
+        **kwargs: as :class:`SequencePPOLoss` (``clip_value`` and ``separate_losses`` are not
+            supported: the intrinsic head has no clipped loss).
+
+    Example:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from ac_extensions.modules import make_actor_critic
+        >>> actor, critic = make_actor_critic(4, 2, value_keys=("state_value",
+        ...     "state_value_intrinsic"))
+        >>> loss = RNDPPOLoss(actor, critic)
+        >>> td = TensorDict({"observation": torch.randn(3, 5, 4),
+        ...     "action": torch.randint(2, (3, 5)), "action_log_prob": torch.full((3, 5), -0.7),
+        ...     "advantage": torch.randn(3, 5, 1), "value_target": torch.randn(3, 5, 1),
+        ...     "advantage_intrinsic": torch.randn(3, 5, 1),
+        ...     "value_target_intrinsic": torch.randn(3, 5, 1)}, [3, 5])
+        >>> sorted(k for k in loss(td).keys() if k.startswith("loss_"))
+        ['loss_critic', 'loss_entropy', 'loss_objective']
+    """
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential,
+        critic_network: TensorDictModule,
+        rnd: torch.nn.Module | None = None,
+        *,
+        extrinsic_coeff: float = 2.0,
+        intrinsic_coeff: float = 1.0,
+        intrinsic_advantage_key: str = "advantage_intrinsic",
+        intrinsic_value_target_key: str = "value_target_intrinsic",
+        intrinsic_value_key: str = "state_value_intrinsic",
+        **kwargs,
+    ) -> None:
+        for name in ("clip_value", "separate_losses"):
+            if kwargs.get(name):
+                raise ValueError(f"RNDPPOLoss does not support {name}={kwargs[name]!r}")
+        if critic_network is None:
+            raise ValueError("RNDPPOLoss needs a critic_network with both value heads")
+        self.intrinsic_advantage_key = intrinsic_advantage_key
+        self.intrinsic_value_target_key = intrinsic_value_target_key
+        self.intrinsic_value_key = intrinsic_value_key
+        super().__init__(actor_network, critic_network, **kwargs)
+        if intrinsic_value_key not in critic_network.out_keys:
+            raise ValueError(
+                f"RNDPPOLoss: the critic must write {intrinsic_value_key!r} besides "
+                f"{self.tensor_keys.value!r}; its out_keys are {critic_network.out_keys}"
+            )
+        self.rnd = rnd
+        self.extrinsic_coeff, self.intrinsic_coeff = float(extrinsic_coeff), float(intrinsic_coeff)
+
+    @dispatch
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The PPO losses on the combined advantage, both value losses and ``loss_rnd``.
+
+        Args:
+            tensordict: as :meth:`SequencePPOLoss.forward`, plus the intrinsic advantage and
+                value target (``[*B, 1]``) and, with ``rnd``, ``("next", observation)``.
+        """
+        out = super().forward(tensordict)
+        if self.rnd is not None:
+            out.update(self.rnd.loss(tensordict))
+        return out
+
+    def _set_in_keys(self):
+        super()._set_in_keys()
+        extra = [self.intrinsic_advantage_key, self.intrinsic_value_target_key]
+        self._in_keys = [*self._in_keys, *(k for k in extra if k not in self._in_keys)]
+
+    def _validate_values(self, tensordict: TensorDictBase) -> torch.Size:
+        expected = super()._validate_values(tensordict)
+        for key in (self.intrinsic_advantage_key, self.intrinsic_value_target_key):
+            value = self._require(tensordict, key, "the intrinsic stream's GAE output")
+            if value.shape != expected:
+                raise ValueError(
+                    f"{type(self).__name__}: {key!r} must have shape {list(expected)}, got "
+                    f"{list(value.shape)}"
+                )
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(f"{type(self).__name__}: {key!r} has non-finite entries")
+        return expected
+
+    def _maybe_normalize_advantage(self, advantage, tensordict, *, update_norm):
+        # A = c_E·A^E + c_I·A^I (Burda et al., 2018, §2.3), then PPO's standardisation.
+        intrinsic = tensordict.get(self.intrinsic_advantage_key)
+        advantage = self.extrinsic_coeff * advantage + self.intrinsic_coeff * intrinsic
+        return super()._maybe_normalize_advantage(advantage, tensordict, update_norm=update_norm)
+
+    def loss_critic(self, tensordict: TensorDictBase):
+        """``critic_coeff · (d(V^E, G^E) + d(V^I, G^I))`` per step, and TorchRL's extras."""
+        loss, clip_fraction, explained = super().loss_critic(tensordict)
+        # TorchRL's loss_critic ran the critic on `tensordict` itself: both heads are there.
+        value = tensordict.get(self.intrinsic_value_key)
+        target = tensordict.get(self.intrinsic_value_target_key)
+        intrinsic = distance_loss(target, value, loss_function=self.loss_critic_type)
+        if self._has_critic:
+            intrinsic = self.critic_coeff * intrinsic
+        return loss + intrinsic, clip_fraction, explained
+
+
+__all__ = ["RNDPPOLoss", "SequencePPOLoss"]

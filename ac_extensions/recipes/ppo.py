@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
-from ac_extensions.modules import collection_policy
-from ac_extensions.objectives import SequencePPOLoss
+from ac_extensions.modules import RandomNetworkDistillation, collection_policy, rnd_networks
+from ac_extensions.objectives import RNDPPOLoss, SequencePPOLoss
 from ac_extensions.runtime import (
     Checkpointer,
     FlatAdam,
@@ -45,6 +45,7 @@ from ac_extensions.runtime.on_policy import (
     make_env,
     make_networks,
     minibatches,
+    random_observations,
     reshape_rewards,
 )
 
@@ -143,12 +144,43 @@ class PPOConfig(OnPolicyConfig):
     """Standardise advantages per minibatch."""
     target_kl: float | None = None
     """Stop the epochs of a batch early once ``kl_approx`` exceeds 1.5 × this (SB3's rule)."""
+    rnd: bool = False
+    """Add Random Network Distillation's exploration bonus (Burda et al., 2018,
+    arXiv:1810.12894): a second, intrinsic value head and advantage (``RNDPPOLoss``)."""
+    intrinsic_gamma: float = 0.99
+    """With ``rnd``: the intrinsic return's discount (the paper's γ_I; ``gamma`` is γ_E)."""
+    extrinsic_coeff: float = 2.0
+    """With ``rnd``: the extrinsic advantage's weight (the paper's)."""
+    intrinsic_coeff: float = 1.0
+    """With ``rnd``: the intrinsic advantage's weight (the paper's)."""
+    rnd_proportion: float = 1.0
+    """With ``rnd``: the fraction of each minibatch the predictor trains on."""
+    rnd_init_steps: int = 128
+    """With ``rnd``: random-policy steps per env that start the observation statistics."""
+    rnd_reward_forget: float = 0.0
+    """With ``rnd``: the fraction of the intrinsic-return statistics forgotten per batch
+    (0: the paper's whole-run estimate)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("epochs", "minibatch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.rnd:
+            if not 0 <= self.intrinsic_gamma <= 1:
+                raise ValueError(f"intrinsic_gamma must lie in [0, 1], got {self.intrinsic_gamma}")
+            if not 0 < self.rnd_proportion <= 1:
+                raise ValueError(f"rnd_proportion must lie in (0, 1], got {self.rnd_proportion}")
+            if not 0 <= self.rnd_reward_forget < 1:
+                raise ValueError(
+                    f"rnd_reward_forget must lie in [0, 1), got {self.rnd_reward_forget}"
+                )
+            if self.rnd_init_steps < 0:
+                raise ValueError(f"rnd_init_steps must be >= 0, got {self.rnd_init_steps}")
+            if self.clip_value is not None:
+                raise ValueError(
+                    "rnd does not support clip_value (the intrinsic head has no clipped loss)"
+                )
 
 
 def build(config: PPOConfig):
@@ -161,10 +193,9 @@ def build(config: PPOConfig):
         ``normalizers`` the run's :class:`~ac_extensions.runtime.on_policy.BatchNormalizers`.
     """
     require_action_space(config.env_id, ACTION_SPACES, "PPO")
-    actor, critic, normalizers = make_networks(config)
-    loss = SequencePPOLoss(
-        actor,
-        critic,
+    value_keys = ("state_value", "state_value_intrinsic") if config.rnd else ("state_value",)
+    actor, critic, normalizers = make_networks(config, value_keys=value_keys)
+    options = dict(
         clip_epsilon=config.clip_epsilon,
         clip_value=config.clip_value,
         normalize_advantage=config.normalize_advantage,
@@ -174,7 +205,26 @@ def build(config: PPOConfig):
         # The loss calls the networks directly instead of swapping functional parameters in.
         functional=False,
     )
-    flat = FlatParameters(loss.parameters())
+    if config.rnd:
+        shape = normalizers.shape
+        rnd = RandomNetworkDistillation(
+            *rnd_networks(shape),
+            observation_shape=shape,
+            gamma=config.intrinsic_gamma,
+            proportion=config.rnd_proportion,
+            reward_forget=config.rnd_reward_forget,
+        ).to(config.device)
+        loss = RNDPPOLoss(
+            actor,
+            critic,
+            rnd,
+            extrinsic_coeff=config.extrinsic_coeff,
+            intrinsic_coeff=config.intrinsic_coeff,
+            **options,
+        )
+    else:
+        loss = SequencePPOLoss(actor, critic, **options)
+    flat = FlatParameters(p for p in loss.parameters() if p.requires_grad)
     optimizer = FlatAdam(flat, lr=config.lr, eps=1e-5, fused=True)
     return actor, critic, loss, optimizer, flat, normalizers
 
@@ -201,10 +251,15 @@ def train(  # noqa: C901 (one loop, read top to bottom)
     normalizers.load_state_dict(run.counters)
     if run.finished:
         return
+    rnd = getattr(loss_module, "rnd", None)
+    if rnd is not None and not run.counters:  # a fresh run: statistics from random steps
+        rnd.initialize(random_observations(config, config.rnd_init_steps))
     guard, num_batches = run.guard, run.num_batches
     keys = loss_module.tensor_keys  # what a minibatch keeps: the loss's inputs, and the mask
     inputs = {*actor.in_keys, *critic.in_keys, keys.action, keys.sample_log_prob, keys.advantage}
     inputs |= {keys.value_target, keys.value, ("collector", "mask")}
+    if rnd is not None:
+        inputs |= {*rnd.in_keys, "advantage_intrinsic", "value_target_intrinsic"}
     policy = normalizers.policy(collection_policy(actor, critic))
     with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
@@ -219,9 +274,23 @@ def train(  # noqa: C901 (one loop, read top to bottom)
                 normalizers(batch)
                 reshape_rewards(batch, config)
 
-            # 2. Targets: GAE with the pre-update critic.
+            # 2. Targets: GAE with the pre-update critic (and the intrinsic stream's, with RND).
+            intrinsic = {}
+            if learn and rnd is not None:
+                rnd(batch)  # ("next", "reward_intrinsic"), normalised; statistics updated
+                reward = batch["next", "reward_intrinsic"]
+                intrinsic["train/intrinsic_reward"] = float(reward.mean())
             if learn:
-                compute_advantages(batch, critic, config.gamma, config.lmbda)
+                compute_advantages(
+                    batch,
+                    critic,
+                    config.gamma,
+                    config.lmbda,
+                    intrinsic_gamma=config.intrinsic_gamma if rnd is not None else None,
+                )
+                if rnd is not None:
+                    target = batch["value_target_intrinsic"]
+                    intrinsic["train/intrinsic_return"] = float(target.mean())
                 loss_module.validate(batch)  # once per batch; the minibatches skip the checks
                 loss_module.check_inputs = False
                 batch = batch.select(*inputs, strict=False)
@@ -268,12 +337,16 @@ def train(  # noqa: C901 (one loop, read top to bottom)
             update_time = time.perf_counter() - update_start
             metrics = {f"train/{k}": sum(v) / len(v) for k, v in logs.items()}
             metrics |= run.progress.update(batch.numel(), returns) | guard.metrics()
-            metrics |= versions | {
-                "train/lr": lr,
-                "train/stopped_early": stopped_early,
-                "time/collect": collect_time,
-                "time/update": update_time,
-            }
+            metrics |= (
+                intrinsic
+                | versions
+                | {
+                    "train/lr": lr,
+                    "train/stopped_early": stopped_early,
+                    "time/collect": collect_time,
+                    "time/update": update_time,
+                }
+            )
             if config.eval_every and (iteration + 1) % config.eval_every == 0:
                 evaluation = evaluate(normalizers.policy(actor), config, config.eval_episodes)
                 metrics["eval/episode_return"] = sum(evaluation) / len(evaluation)

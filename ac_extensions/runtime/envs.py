@@ -11,6 +11,16 @@ Registered gymnasium ids (registered on import, so worker processes see them too
   and pole angle only), so a policy needs memory to balance the pole.
 * ``DictCartPole-v1``: CartPole-v1 with a ``Dict`` observation
   ``{"position": (x, θ), "velocity": (ẋ, θ̇)}``, to exercise dict observations.
+* ``SparseMountainCar-v0``: MountainCar-v0 rewarding only the flag: 1 on the step that reaches
+  it, 0 on every other (the task's own −1 per step tells a learner how long each episode took;
+  this one says nothing until the flag is found), so an episode's return is whether it reached
+  the flag within 200 steps. An exploration test.
+* ``DeepSea-v0``: Osband et al.'s deep-sea exploration task (2019, "Behaviour Suite for
+  Reinforcement Learning", bsuite), ``size`` N = 20 by default: a one-hot ``[N·N]`` position
+  on an N × N grid, starting top-left; every step goes one row down and one column left or
+  right (action 0 or 1; right costs 0.01/N); after N steps the episode ends, paying 1 if the
+  agent reached the bottom-right cell, which only N − 1 moves right out of N do (a random
+  policy: about N · 2^−N of its episodes). Unlike bsuite, action 1 is "right" in every cell.
 """
 
 from __future__ import annotations
@@ -69,9 +79,59 @@ def dict_cartpole(**kwargs) -> gym.Env:
     return _SplitPositionVelocity(gym.make("CartPole-v1", **kwargs))
 
 
+class _RewardOnTermination(gym.Wrapper):
+    def step(self, action):
+        observation, _, terminated, truncated, info = self.env.step(action)
+        return observation, float(terminated), terminated, truncated, info
+
+
+def sparse_mountain_car(**kwargs) -> gym.Env:
+    """MountainCar-v0 (its 200-step limit kept) with reward 1 at the flag and 0 elsewhere."""
+    return _RewardOnTermination(gym.make("MountainCar-v0", **kwargs))
+
+
+class DeepSea(gym.Env):
+    """The deep-sea task (see the module docstring); ``size`` N ≥ 2."""
+
+    def __init__(self, size: int = 20) -> None:
+        if size < 2:
+            raise ValueError(f"size must be >= 2, got {size}")
+        self.size = size
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (size * size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._row = self._column = 0
+
+    def _observation(self) -> np.ndarray:
+        observation = np.zeros(self.size * self.size, dtype=np.float32)
+        if self._row < self.size:
+            observation[self._row * self.size + self._column] = 1.0
+        return observation
+
+    def reset(self, *, seed=None, options=None):
+        """Back to the top-left cell."""
+        super().reset(seed=seed)
+        self._row = self._column = 0
+        return self._observation(), {}
+
+    def step(self, action):
+        """One row down, one column left (0) or right (1)."""
+        right = int(action) == 1
+        reward = -0.01 / self.size if right else 0.0
+        self._column = min(self._column + 1, self.size - 1) if right else max(self._column - 1, 0)
+        self._row += 1
+        terminated = self._row == self.size
+        if terminated and self._column == self.size - 1:
+            reward += 1.0
+        return self._observation(), reward, terminated, False, {}
+
+
 for _id, _entry in (("MaskedCartPole-v1", masked_cartpole), ("DictCartPole-v1", dict_cartpole)):
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_entry, max_episode_steps=500, reward_threshold=475.0)
+if "SparseMountainCar-v0" not in gym.registry:
+    gym.register(id="SparseMountainCar-v0", entry_point=sparse_mountain_car, reward_threshold=0.9)
+if "DeepSea-v0" not in gym.registry:
+    gym.register(id="DeepSea-v0", entry_point=DeepSea, reward_threshold=0.9)
 
 
 ATARI_PREFIX = "ALE/"

@@ -3,6 +3,7 @@
 * :func:`make_env`: the env one worker steps (E copies, plus the recurrent primers).
 * :func:`make_networks`: actor and critic for the env's specs (categorical or Gaussian).
 * :class:`BatchNormalizers`: optional observation and reward normalisation.
+* :func:`random_observations`: random-policy steps (Random Network Distillation's start).
 * :func:`clip_rewards`: the optional reward clip (Atari's default).
 * :func:`reshape_rewards`: the optional reward-shaping hook.
 * :func:`compute_advantages`: GAE once per batch with the pre-update critic.
@@ -64,7 +65,7 @@ def make_env(config: OnPolicyConfig):
     )
 
 
-def make_networks(config: OnPolicyConfig):
+def make_networks(config: OnPolicyConfig, *, value_keys: tuple[str, ...] = ("state_value",)):
     """Actor, critic (:func:`~ac_extensions.modules.make_actor_critic`), :class:`BatchNormalizers`.
 
     The observation shape and the action space come from a probe env; the shape picks the
@@ -73,7 +74,7 @@ def make_networks(config: OnPolicyConfig):
     action space gets a categorical actor, a 1-D ``Box`` a diagonal Gaussian one
     (``"normal"``, or ``"tanh_normal"`` on the env's bounds with ``config.tanh_squash``). With
     ``config.normalize_observations`` both networks read ``"observation_normalized"``
-    (:class:`BatchNormalizers` writes it).
+    (:class:`BatchNormalizers` writes it). ``value_keys``: the critic's value heads.
     """
     probe = make_env(config)
     shape = observation_shape(probe)
@@ -112,6 +113,7 @@ def make_networks(config: OnPolicyConfig):
         distribution=distribution,
         init_scale=config.init_scale,
         action_bounds=bounds if bounds is not None else (-1.0, 1.0),
+        value_keys=value_keys,
     )
     return actor.to(config.device), critic.to(config.device), BatchNormalizers(config, shape)
 
@@ -134,6 +136,8 @@ class BatchNormalizers:
     """
 
     def __init__(self, config: OnPolicyConfig, shape) -> None:
+        self.shape = tuple(shape)
+        """The per-env observation shape."""
         self.observations = None
         if config.normalize_observations:
             self.observations = ObservationNormalizer(shape).to(config.device)
@@ -174,6 +178,20 @@ class BatchNormalizers:
             self.rewards.load_state_dict(counters["reward_norm"])
 
 
+@torch.no_grad()
+def random_observations(config: OnPolicyConfig, steps: int) -> torch.Tensor:
+    """The next observations ``[E, steps, *S]`` of ``steps`` random-policy steps of one worker.
+
+    What Random Network Distillation starts its observation statistics from (Burda et al.,
+    2018, arXiv:1810.12894, §2.4); the env is seeded with ``seed + 20000``, apart from training.
+    """
+    env = make_env(config)
+    env.set_seed(config.seed + 20_000)
+    rollout = env.rollout(max(1, steps), break_when_any_done=False)
+    env.close()
+    return rollout["next", "observation"]
+
+
 def clip_rewards(batch: TensorDictBase, config: OnPolicyConfig) -> None:
     """Clip ``("next", "reward")`` of ``batch`` ``[B, T]`` to ±``config.reward_clip`` in place.
 
@@ -201,7 +219,14 @@ def reshape_rewards(batch: TensorDictBase, config: OnPolicyConfig) -> None:
 
 
 @torch.no_grad()
-def compute_advantages(batch: TensorDictBase, critic, gamma: float, lmbda: float) -> None:
+def compute_advantages(
+    batch: TensorDictBase,
+    critic,
+    gamma: float,
+    lmbda: float,
+    *,
+    intrinsic_gamma: float | None = None,
+) -> None:
     """GAE once per batch ``[B, T]`` with the pre-update critic, written into ``batch``.
 
     Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γ V(x_{t+1}) (1 − terminated_t) − V(x_t), the trace
@@ -213,23 +238,33 @@ def compute_advantages(batch: TensorDictBase, critic, gamma: float, lmbda: float
 
     Writes ``advantage`` and ``value_target`` (Â_t + V(x_t)), and ``state_value`` (V(x_t),
     what PPO's value clipping measures against), each ``[B, T, 1]``.
+
+    With ``intrinsic_gamma`` (Random Network Distillation's second stream, Burda et al., 2018,
+    arXiv:1810.12894, §2.3), the same critic pass also gives ``state_value_intrinsic``, and
+    ``("next", "reward_intrinsic")`` gets its own GAE with γ = ``intrinsic_gamma`` and no cut
+    at episode ends (non-episodic): ``advantage_intrinsic`` and ``value_target_intrinsic``.
     """
     flat = batch.reshape(-1)
-    value = critic(flat.select(*critic.in_keys, strict=False).clone())["state_value"]
-    next_value = critic(flat["next"].select(*critic.in_keys, strict=False).clone())["state_value"]
-    value = value.reshape(*batch.shape, 1)
-    advantage, value_target = generalized_advantage_estimate(
-        gamma,
-        lmbda,
-        value,
-        next_value.reshape(*batch.shape, 1),
-        batch["next", "reward"],
-        batch["next", "done"],
-        batch["next", "terminated"],
-    )
-    batch.set("advantage", advantage)
-    batch.set("value_target", value_target)
-    batch.set("state_value", value)
+    values = critic(flat.select(*critic.in_keys, strict=False).clone())
+    next_values = critic(flat["next"].select(*critic.in_keys, strict=False).clone())
+    streams = [("", gamma, batch["next", "done"], batch["next", "terminated"])]
+    if intrinsic_gamma is not None:
+        never = torch.zeros_like(batch["next", "done"])
+        streams.append(("_intrinsic", intrinsic_gamma, never, never))
+    for suffix, discount, done, terminated in streams:
+        value = values[f"state_value{suffix}"].reshape(*batch.shape, 1)
+        advantage, value_target = generalized_advantage_estimate(
+            discount,
+            lmbda,
+            value,
+            next_values[f"state_value{suffix}"].reshape(*batch.shape, 1),
+            batch["next", f"reward{suffix}"],
+            done,
+            terminated,
+        )
+        batch.set(f"advantage{suffix}", advantage)
+        batch.set(f"value_target{suffix}", value_target)
+        batch.set(f"state_value{suffix}", value)
 
 
 def training_sequences(batch: TensorDictBase, length: int, burn_in: int) -> TensorDictBase:

@@ -118,3 +118,20 @@ def test_unsupported_spaces_are_named():
     assert not VectorGymEnv.supports(vector)
     with pytest.raises(TypeError, match="needs a Box observation space"):
         VectorGymEnv(vector)
+
+
+def test_sparse_mountain_car_pays_only_at_the_flag():
+    env = gym.make("SparseMountainCar-v0")
+    rewards, terminated, truncated = [], False, False
+    observation, _ = env.reset(seed=0)
+    while not (terminated or truncated):  # push along the velocity: reaches the flag
+        observation, reward, terminated, truncated, _ = env.step(2 if observation[1] >= 0 else 0)
+        rewards.append(reward)
+    assert terminated and rewards[-1] == 1.0 and set(rewards[:-1]) == {0.0}
+    env.reset(seed=0)
+    steps, truncated = 0, False
+    while not truncated:  # doing nothing never gets there: 200 steps, no reward
+        _, reward, terminated, truncated, _ = env.step(1)
+        steps += 1
+        assert reward == 0.0 and not terminated
+    assert steps == 200
