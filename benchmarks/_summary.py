@@ -138,6 +138,7 @@ def plot_curves(
     algos: Sequence[str],
     sb3_algos: Sequence[str],
     caption: str,
+    ylabel: str = f"mean return, last {WINDOW} episodes",
 ) -> Path | None:
     """One panel per environment: each algorithm's median curve, its seeds' range as a band.
 
@@ -149,6 +150,7 @@ def plot_curves(
         algos: every algorithm of the grid, in order (their colours).
         sb3_algos: the Stable-Baselines3 / sb3-contrib ones among them (dashed).
         caption: the figure's title.
+        ylabel: the y axis's label.
 
     Returns:
         ``out``, or None when the summary has no environment.
@@ -177,7 +179,7 @@ def plot_curves(
                 ax.fill_between(x, low, high, color=colors.get(algo), alpha=0.15, linewidth=0)
         ax.set_title(title(env))
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"mean return, last {WINDOW} episodes")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if ax.has_data():
             ax.legend(fontsize="x-small")
