@@ -11,6 +11,9 @@ clearly improved mean return of the last 20 episodes (a random policy: CartPole 
 * compose_continuous_acer, 24,000 frames: -231 / -200 / -590 / -223 / -267 (62-72 s) -> -900
 * compose_continuous_ppo --loss ppo, 61,440 frames, seeds 0-2: -265 / -191 / -284 (32-35 s)
   -> -500; --loss a2c, seeds 0-3: -629 / -619 / -690 / -589 (25-43 s) -> -900
+* compose_rnd_ppo, DeepSea-v0 (a return of 0.99: the reward found every episode), 20,480
+  frames, seeds 0-4: 0.99 / 0.99 / 0.99 / 0.99 / 0.94 (11-13 s); with --no-rnd (seed 1) the
+  policy stops moving right and ends at 0.00 -> 0.5
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ SCRIPTS = [
     "compose_reactor.py",
     "compose_continuous_acer.py",
     "compose_continuous_ppo.py",
+    "compose_rnd_ppo.py",
 ]
 
 
@@ -44,6 +48,7 @@ SCRIPTS = [
         ("compose_continuous_acer.py", 24_000, -900.0),
         ("compose_continuous_ppo.py --loss ppo", 61_440, -500.0),
         ("compose_continuous_ppo.py --loss a2c", 61_440, -900.0),
+        ("compose_rnd_ppo.py", 20_480, 0.5),
     ],
 )
 def test_compose_example_learns(script, frames, threshold):
