@@ -63,12 +63,18 @@ def available(name: str) -> bool:
 
 
 def run_training(name: str, seed: int, frames: int, out: Path) -> dict:
-    """One ``ac-train`` run in a fresh process; its ``summary.json``."""
+    """One ``ac-train`` run in a fresh process; its ``summary.json``.
+
+    The run's progress lines (one every 10 s off a terminal, a bar on one) and its final line
+    go to this process's output as they come.
+    """
     if out.exists():
         shutil.rmtree(out)
     command = [sys.executable, "-m", "ac_extensions", name, "--frames", str(frames)]
-    command += ["--seed", str(seed), "--out", str(out), "--checkpoint-every", "0", "--quiet"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    command += ["--seed", str(seed), "--out", str(out), "--checkpoint-every", "0"]
+    command += ["--progress-seconds", "10"]
+    print(f"{name}, seed {seed}, {frames:,} frames:", flush=True)
+    result = subprocess.run(command, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError(f"{name} seed {seed} failed: {result.stderr.strip()[-2000:]}")
     return json.loads((out / "summary.json").read_text())
@@ -85,7 +91,6 @@ def learning(
 ) -> tuple[Path, Path]:
     """Run every algorithm for every seed; write the table and the plot under ``out``."""
     from ac_extensions.cli.plot import plot
-    from ac_extensions.cli.train import result_line
 
     folder = out / f"learning{tag}"
     summaries: dict[str, list[dict]] = {}
@@ -99,7 +104,6 @@ def learning(
             summary = run_training(name, seed, frames[name], run_dir)
             summaries.setdefault(name, []).append(summary)
             runs.append(run_dir)
-            print(f"seed {seed}: {result_line(summary)}", flush=True)
 
     def fmt(value, spec: str) -> str:
         return "—" if value is None else format(value, spec)

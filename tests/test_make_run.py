@@ -1,4 +1,5 @@
-"""``make run`` then ``make test``: the main job leaves every tracked file as it was."""
+"""``make run`` then ``make test``: the main job changes no tracked file and leaves no new file
+outside the ignored ``runs/``."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def make_run_command() -> list[str]:
 
 
 def tracked_changes() -> str:
+    """Modified tracked files and untracked files git does not ignore, one line each."""
     out = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
+        ["git", "status", "--porcelain", "--untracked-files=all"],
         cwd=ROOT,
         capture_output=True,
         text=True,

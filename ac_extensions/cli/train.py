@@ -322,7 +322,7 @@ class ProgressReport:
                     dynamic_ncols=True,
                     file=self.stream,
                 )
-            self.bar.update(max(0, frames - self.bar.n))
+            self.bar.update(max(0, min(frames, self.total) - self.bar.n))  # ends at 100%
             if math.isfinite(window):
                 self.bar.set_postfix_str(f"return {window:,.1f}", refresh=False)
         elif self.mode == "lines":
@@ -341,12 +341,20 @@ class ProgressReport:
 def progress_text(frames: int, total: int, metrics: dict[str, float]) -> str:
     """One plain progress line.
 
+    The last batch can take a run past the frames asked (runs collect whole batches): the line
+    then says 100% and both numbers.
+
     Example:
         >>> progress_text(5120, 20480, {"time/fps": 2560.0, "train/return_window": 41.25})
         'ac-train: 25% 5,120/20,480 frames, 2,560 fps, 6 s left, return 41.2'
+        >>> progress_text(20480, 20000, {"time/fps": 2560.0})
+        'ac-train: 100% 20,480 frames (20,000 asked), 2,560 fps, 0 s left, no episode finished yet'
     """
     fps = metrics.get("time/fps", 0.0)
-    parts = [f"ac-train: {100 * frames / max(total, 1):.0f}% {frames:,}/{total:,} frames"]
+    if frames > total:
+        parts = [f"ac-train: 100% {frames:,} frames ({total:,} asked)"]
+    else:
+        parts = [f"ac-train: {100 * frames / max(total, 1):.0f}% {frames:,}/{total:,} frames"]
     if fps > 0:
         parts.append(f"{fps:,.0f} fps")
         parts.append(f"{_duration(max(0.0, total - frames) / fps)} left")

@@ -431,6 +431,19 @@ def test_progress_is_a_bar_on_a_terminal_lines_elsewhere_and_nothing_when_quiet(
     assert out["off"] == ""
 
 
+def test_progress_past_the_frames_asked_says_100_percent_and_both_numbers():
+    import io
+
+    last = {"time/frames": 20480.0, "time/fps": 2048.0, "train/return_window": 500.0}
+    line = train.progress_text(20480, 20000, last)
+    assert line.startswith("ac-train: 100% 20,480 frames (20,000 asked)"), line
+    buffer = io.StringIO()
+    report = train.ProgressReport(20000, "bar", stream=buffer)
+    report.update(last)
+    report.close()
+    assert "100%" in buffer.getvalue() and "20.0k/20.0k" in buffer.getvalue(), buffer.getvalue()
+
+
 @pytest.mark.timeout(300)
 def test_a_run_off_a_terminal_prints_progress_lines(tmp_path):
     out = tmp_path / "lines"
