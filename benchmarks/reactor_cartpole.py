@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _threshold import run_child, run_until_threshold, write_table
+from _threshold import describe_run, run_child, run_until_threshold, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = ("reactor", "reactor_nd", "acer", "ppo")
@@ -66,7 +66,7 @@ def main() -> None:
     def one(job: tuple[str, int]) -> dict:
         name, seed = job
         result = run_child(__file__, name, seed, args.frames, timeout=args.timeout)
-        print(f"{name:10s} seed {seed}: {result}", flush=True)
+        print(f"{name:10s} seed {seed}: {describe_run(result)}", flush=True)
         return result
 
     with ThreadPoolExecutor(args.jobs) as pool:

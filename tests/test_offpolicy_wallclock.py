@@ -61,3 +61,12 @@ def test_run_seeds_keeps_seed_order_per_name(bench, monkeypatch, jobs):
     assert [r["seed"] for r in runs["a"]] == [3, 1, 2]
     assert [r["frames_to_475"] for r in runs["bb"]] == [3002.0, 1002.0, 2002.0]
     assert sorted(calls) == sorted((n, s, f) for n, f in (("a", 5), ("bb", 7)) for s in (3, 1, 2))
+
+
+def test_per_run_lines_are_written_for_people(bench):
+    describe = sys.modules["_threshold"].describe_run
+    run = {"frames_to_475": 34304.0, "seconds_to_475": 9.22, "frames": 100352.0}
+    run |= {"seconds": 30.68, "fps": 3270.9}
+    assert describe(run) == "475 at 34,304 frames (9.2 s); 100,352 frames in 30.7 s, 3,271 fps"
+    missed = run | {"frames_to_475": None, "seconds_to_475": None, "best_window": 473.84}
+    assert describe(missed).startswith("475 not reached (best window 473.8); 100,352 frames")
