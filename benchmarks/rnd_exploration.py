@@ -160,6 +160,8 @@ def write(results: Path, summary: dict) -> Path:
         "|---|---|---|---|" + ("---|" if threshold is not None else "") + "---|",
     ]
     for variant, stats in summary["games"][env]["algorithms"].items():
+        if not stats["seeds"]:
+            continue  # not run for this env (see the page's notes)
         per_seed = ", ".join(f"{s}: {v:.2f}" for s, v in sorted(stats["per_seed"].items()))
         row = (
             f"| {variant} | {stats['seeds']} | {fmt(stats['final_median'], '.2f')} "
