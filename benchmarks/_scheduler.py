@@ -313,19 +313,19 @@ def progress_line(run, summary: dict | None, target: int, unit: str = "frames") 
         unit: what the frames are called ("environment steps" on MuJoCo).
 
     Returns:
-        e.g. ``"  … Breakout acer seed 1: 412,000 of 1,000,000 frames (41%), 190 fps, return
-        8.12, about 52 min left"`` (time left at the run's average fps so far).
+        e.g. ``"  … Breakout acer seed 1: 41% 412,000/1,000,000 frames, 190 fps, 52 min left,
+        return 8.12"``: the fields and order of ``ac-train``'s own progress lines (time left at
+        the run's average fps so far).
     """
     frames = int((summary or {}).get("frames") or 0)
     if not frames:
         return f"  … {run}: starting"
     fps, ret = summary.get("fps"), summary.get("final_mean_return")
-    parts = [f"{frames:,} of {target:,} {unit} ({100 * frames / target:.0f}%)"]
+    parts = [f"{min(100, round(100 * frames / target))}% {frames:,}/{target:,} {unit}"]
     if fps:
         parts.append(f"{fps:,.0f} fps")
+        parts.append(f"{_duration(max(0, target - frames) / fps)} left")
     parts.append(f"return {'—' if ret is None else format(ret, '.2f')}")
-    if fps and frames < target:
-        parts.append(f"about {_duration((target - frames) / fps)} left")
     return f"  … {run}: " + ", ".join(parts)
 
 
