@@ -29,8 +29,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 OURS = {
     # The default config: SB3's batch exactly, 1 worker × 8 envs × 5 steps = 40 frames per update.
     "ours (defaults: SB3's batch, 1 worker, 8 envs, 5 steps)": {},
-    # The default before: 2 workers × 8 envs × 8 steps = 128 frames per update.
-    "ours (2 workers, 8 envs, 8 steps: the default before)": dict(workers=2, rollout_length=8),
+    # 2 workers × 8 envs × 8 steps = 128 frames per update.
+    "ours (2 workers, 8 envs, 8 steps)": dict(workers=2, rollout_length=8),
 }
 """Our variants: ``A2CConfig`` overrides."""
 SB3_NAME = "sb3 (zoo)"
