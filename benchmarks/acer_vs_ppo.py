@@ -52,7 +52,7 @@ def main() -> None:
         f"Command: `python benchmarks/acer_vs_ppo.py --seeds {' '.join(map(str, args.seeds))}` "
         f"(default configs; budgets {BUDGET['acer']:,} frames for ACER, {BUDGET['ppo']:,} for "
         "PPO; each run a fresh process, one after the other on the same 2-core machine; wall "
-        "time includes model/collector construction). Target: ACER median ≤ 30,000 frames.\n\n"
+        "time includes model/collector construction).\n\n"
     )
     write_table(runs, "ppo", args.out, header)
 

@@ -80,8 +80,7 @@ def main() -> None:
         f"--jobs {args.jobs}` (default configs, every run capped at {args.frames:,} frames and "
         f"stopped once it reaches 475; each run a fresh process, {args.jobs} at a time on the "
         "same shared 2-core machine, so wall seconds compare only within one table and only "
-        "at --jobs 1; wall time includes model/collector construction). Target: Reactor "
-        "median ≤ 30,000 frames.\n\n"
+        "at --jobs 1; wall time includes model/collector construction).\n\n"
     )
     write_table(runs, baseline, args.out, header)
 
