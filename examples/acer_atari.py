@@ -8,8 +8,8 @@ gradient-norm clip 10) with Adam at 1e-4 (the A3C-ACER-PyTorch port that solves 
 replay of 50k frames kept in memory-mapped files (``--memmap``; each stored frame stack is
 28 KiB, twice per step). On a 2-core CPU this runs, slowly (the CNN updates dominate); give it
 ``--device cuda`` on a GPU machine: on one H200 with 16 cores it ran 20k frames of Pong at
-~300 fps (``benchmarks/results/gpu.md``), so 10M frames take about 9 hours there. Not yet
-measured to a learning curve.
+~300 fps (``benchmarks/results/gpu.md``), so 10M frames take about 9 hours there. No
+learning curve has been measured.
 
     python examples/acer_atari.py --frames 10000000 --device cuda
 """
