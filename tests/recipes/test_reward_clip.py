@@ -61,9 +61,9 @@ def test_on_policy_learner_sees_clipped_rewards(recipe, monkeypatch):
     seen = []
     compute = recipe.compute_advantages
 
-    def recording(batch, *args):
+    def recording(batch, *args, **kwargs):
         seen.append(batch["next", "reward"].clone())
-        return compute(batch, *args)
+        return compute(batch, *args, **kwargs)
 
     monkeypatch.setattr(recipe, "compute_advantages", recording)
     config_class = recipe.PPOConfig if recipe is ppo else recipe.A2CConfig
