@@ -423,8 +423,7 @@ def test_a_progress_line_reads_frames_fps_return_and_time_left(bench):
     summary = {"frames": 412_000, "fps": 196.0, "final_mean_return": 8.123}
     # (1,000,000 − 412,000) / 196 = 3,000 s left: 50 min.
     assert bench.progress_line(run, summary, 1_000_000) == (
-        "  … Breakout acer seed 1: 41% 412,000/1,000,000 frames, 196 fps, 50 min left, "
-        "return 8.12"
+        "  … Breakout acer seed 1: 41% 412,000/1,000,000 frames, 196 fps, 50 min left, return 8.12"
     )
     summary |= {"frames": 100_000, "fps": 20.0, "final_mean_return": None}  # 45,000 s left
     assert bench.progress_line(run, summary, 1_000_000).endswith(

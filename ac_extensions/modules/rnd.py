@@ -212,7 +212,7 @@ class RandomNetworkDistillation(TensorDictModuleBase):
         """The predictor's loss, ``loss_rnd``: the mean prediction error over some steps.
 
         Those steps are a random ``proportion`` of the valid steps of ``tensordict`` ``[*B]``
-        (``("collector", "mask")`` honoured).
+        (the ``("collector", "mask")`` and ``"shifted_valid"`` entries honoured).
 
         Returns:
             ``TensorDict({"loss_rnd": scalar})``.
@@ -222,9 +222,10 @@ class RandomNetworkDistillation(TensorDictModuleBase):
             raise KeyError(f"RandomNetworkDistillation.loss: the batch has no {self.in_keys[0]!r}")
         error = self.prediction_error(observation)
         weight = torch.ones_like(error)
-        mask = tensordict.get(("collector", "mask"), None)
-        if mask is not None:
-            weight = weight * mask.reshape(error.shape).to(error.dtype)
+        for key in (("collector", "mask"), "shifted_valid"):  # TorchRL's loss-mask entries
+            mask = tensordict.get(key, None)
+            if mask is not None:
+                weight = weight * mask.reshape(error.shape).to(error.dtype)
         if self.proportion < 1:
             weight = weight * (torch.rand_like(error) < self.proportion).to(error.dtype)
         loss = (error * weight).sum() / weight.sum().clamp_min(1.0)

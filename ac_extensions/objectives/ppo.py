@@ -164,8 +164,10 @@ class RNDPPOLoss(SequencePPOLoss):
         intrinsic_coeff: c_I.
         intrinsic_advantage_key, intrinsic_value_target_key, intrinsic_value_key: the
             intrinsic entries' names.
-        **kwargs: as :class:`SequencePPOLoss` (``clip_value`` and ``separate_losses`` are not
-            supported: the intrinsic head has no clipped loss).
+        **kwargs: as :class:`SequencePPOLoss` (``clip_value``, ``separate_losses`` and
+            ``advantage_norm`` are not supported: the intrinsic head has no clipped loss, and
+            a return scale learned from the extrinsic targets would not fit the combined
+            advantage).
 
     Example:
         >>> import torch
@@ -196,7 +198,7 @@ class RNDPPOLoss(SequencePPOLoss):
         intrinsic_value_key: str = "state_value_intrinsic",
         **kwargs,
     ) -> None:
-        for name in ("clip_value", "separate_losses"):
+        for name in ("clip_value", "separate_losses", "advantage_norm"):
             if kwargs.get(name):
                 raise ValueError(f"RNDPPOLoss does not support {name}={kwargs[name]!r}")
         if critic_network is None:
@@ -212,6 +214,19 @@ class RNDPPOLoss(SequencePPOLoss):
             )
         self.rnd = rnd
         self.extrinsic_coeff, self.intrinsic_coeff = float(extrinsic_coeff), float(intrinsic_coeff)
+        self._set_in_keys()  # now with the RND module's inputs
+
+    @property
+    def out_keys(self):
+        """TorchRL's outputs, plus ``loss_rnd`` with an RND module (``@dispatch`` returns these)."""
+        keys = list(super().out_keys)
+        if getattr(self, "rnd", None) is not None and "loss_rnd" not in keys:
+            keys.append("loss_rnd")
+        return keys
+
+    @out_keys.setter
+    def out_keys(self, values):
+        ClipPPOLoss.out_keys.fset(self, values)
 
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -229,6 +244,8 @@ class RNDPPOLoss(SequencePPOLoss):
     def _set_in_keys(self):
         super()._set_in_keys()
         extra = [self.intrinsic_advantage_key, self.intrinsic_value_target_key]
+        rnd = getattr(self, "rnd", None)
+        extra += list(rnd.in_keys) if rnd is not None else []
         self._in_keys = [*self._in_keys, *(k for k in extra if k not in self._in_keys)]
 
     def _validate_values(self, tensordict: TensorDictBase) -> torch.Size:
@@ -252,9 +269,17 @@ class RNDPPOLoss(SequencePPOLoss):
 
     def loss_critic(self, tensordict: TensorDictBase):
         """``critic_coeff · (d(V^E, G^E) + d(V^I, G^I))`` per step, and TorchRL's extras."""
-        loss, clip_fraction, explained = super().loss_critic(tensordict)
-        # TorchRL's loss_critic ran the critic on `tensordict` itself: both heads are there.
-        value = tensordict.get(self.intrinsic_value_key)
+        # TorchRL's loss_critic runs the critic on the tensordict it is given, writing both
+        # heads into it; an intrinsic value left in the input (from GAE) must not be read.
+        inputs = tensordict.exclude(self.intrinsic_value_key)
+        loss, clip_fraction, explained = super().loss_critic(inputs)
+        value = inputs.get(self.intrinsic_value_key, None)
+        if value is None or (torch.is_grad_enabled() and not value.requires_grad):
+            raise ValueError(
+                f"RNDPPOLoss: the critic must write {self.intrinsic_value_key!r} into the "
+                f"tensordict it is called on (a TensorDictModule with inplace=True, as "
+                f"ValueOperator), beside {self.tensor_keys.value!r}"
+            )
         target = tensordict.get(self.intrinsic_value_target_key)
         intrinsic = distance_loss(target, value, loss_function=self.loss_critic_type)
         if self._has_critic:

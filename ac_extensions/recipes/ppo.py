@@ -156,7 +156,8 @@ class PPOConfig(OnPolicyConfig):
     rnd_proportion: float = 1.0
     """With ``rnd``: the fraction of each minibatch the predictor trains on."""
     rnd_init_steps: int = 128
-    """With ``rnd``: random-policy steps per env that start the observation statistics."""
+    """With ``rnd``: random-policy steps of one worker's envs that start the observation
+    statistics on a fresh run (0: start from mean 0, variance 1)."""
     rnd_reward_forget: float = 0.0
     """With ``rnd``: the fraction of the intrinsic-return statistics forgotten per batch
     (0: the paper's whole-run estimate)."""
@@ -177,6 +178,11 @@ class PPOConfig(OnPolicyConfig):
                 )
             if self.rnd_init_steps < 0:
                 raise ValueError(f"rnd_init_steps must be >= 0, got {self.rnd_init_steps}")
+            if self.async_collection:
+                raise ValueError(
+                    "rnd needs synchronous collection: the intrinsic return runs on along each "
+                    "env's rows, which asynchronous batches from different workers break"
+                )
             if self.clip_value is not None:
                 raise ValueError(
                     "rnd does not support clip_value (the intrinsic head has no clipped loss)"
@@ -252,14 +258,15 @@ def train(  # noqa: C901 (one loop, read top to bottom)
     if run.finished:
         return
     rnd = getattr(loss_module, "rnd", None)
-    if rnd is not None and not run.counters:  # a fresh run: statistics from random steps
-        rnd.initialize(random_observations(config, config.rnd_init_steps))
+    if rnd is not None and not run.counters and config.rnd_init_steps:
+        rnd.initialize(random_observations(config, config.rnd_init_steps))  # a fresh run
     guard, num_batches = run.guard, run.num_batches
     keys = loss_module.tensor_keys  # what a minibatch keeps: the loss's inputs, and the mask
     inputs = {*actor.in_keys, *critic.in_keys, keys.action, keys.sample_log_prob, keys.advantage}
     inputs |= {keys.value_target, keys.value, ("collector", "mask")}
     if rnd is not None:
-        inputs |= {*rnd.in_keys, "advantage_intrinsic", "value_target_intrinsic"}
+        inputs |= {*rnd.in_keys, loss_module.intrinsic_advantage_key}
+        inputs |= {loss_module.intrinsic_value_target_key}
     policy = normalizers.policy(collection_policy(actor, critic))
     with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
@@ -289,7 +296,7 @@ def train(  # noqa: C901 (one loop, read top to bottom)
                     intrinsic_gamma=config.intrinsic_gamma if rnd is not None else None,
                 )
                 if rnd is not None:
-                    target = batch["value_target_intrinsic"]
+                    target = batch[loss_module.intrinsic_value_target_key]
                     intrinsic["train/intrinsic_return"] = float(target.mean())
                 loss_module.validate(batch)  # once per batch; the minibatches skip the checks
                 loss_module.check_inputs = False

@@ -187,7 +187,7 @@ def random_observations(config: OnPolicyConfig, steps: int) -> torch.Tensor:
     """
     env = make_env(config)
     env.set_seed(config.seed + 20_000)
-    rollout = env.rollout(max(1, steps), break_when_any_done=False)
+    rollout = env.rollout(steps, break_when_any_done=False)
     env.close()
     return rollout["next", "observation"]
 
@@ -243,23 +243,34 @@ def compute_advantages(
     arXiv:1810.12894, §2.3), the same critic pass also gives ``state_value_intrinsic``, and
     ``("next", "reward_intrinsic")`` gets its own GAE with γ = ``intrinsic_gamma`` and no cut
     at episode ends (non-episodic): ``advantage_intrinsic`` and ``value_target_intrinsic``.
+    The intrinsic stream runs on through an episode end into the next episode's first step,
+    so there it bootstraps from V_I of that step (the row's next observation x_{t+1}), as the
+    paper's code does, not from the terminal observation; the row's last step bootstraps from
+    ``("next", ...)``.
     """
     flat = batch.reshape(-1)
     values = critic(flat.select(*critic.in_keys, strict=False).clone())
     next_values = critic(flat["next"].select(*critic.in_keys, strict=False).clone())
-    streams = [("", gamma, batch["next", "done"], batch["next", "terminated"])]
+    done = batch["next", "done"]
+    streams = [("", gamma, done, batch["next", "terminated"])]
     if intrinsic_gamma is not None:
-        never = torch.zeros_like(batch["next", "done"])
+        never = torch.zeros_like(done)
         streams.append(("_intrinsic", intrinsic_gamma, never, never))
-    for suffix, discount, done, terminated in streams:
+    for suffix, discount, cut, terminated in streams:
         value = values[f"state_value{suffix}"].reshape(*batch.shape, 1)
+        next_value = next_values[f"state_value{suffix}"].reshape(*batch.shape, 1)
+        if suffix:  # non-episodic: after an episode end, the next step's own value
+            ends = done.clone()
+            ends[:, -1] = False
+            shifted = torch.cat([value[:, 1:], next_value[:, -1:]], dim=1)
+            next_value = torch.where(ends, shifted, next_value)
         advantage, value_target = generalized_advantage_estimate(
             discount,
             lmbda,
             value,
-            next_values[f"state_value{suffix}"].reshape(*batch.shape, 1),
+            next_value,
             batch["next", f"reward{suffix}"],
-            done,
+            cut,
             terminated,
         )
         batch.set(f"advantage{suffix}", advantage)

@@ -162,3 +162,18 @@ def test_bad_input_names_the_key_and_the_shapes():
         rnd(TensorDict({"observation": torch.randn(2, 5, 3)}, [2, 5]))
     with pytest.raises(ValueError, match="proportion"):
         _rnd(proportion=0.0)
+
+
+def test_a_forgetting_reward_normaliser_weighs_the_latest_batch_more():
+    # Batch 1 returns (γ = 0): 4, 4; batch 2: 1, 1. Forgetting half the weight before batch 2
+    # leaves count 1 + 2 for the mean: (1 · 4 + 2 · 1) / 3 = 2 (prior count 1e-4 aside).
+    forgetting = RewardNormalizer(0.0, forget=0.5, done_key=None)
+    keeping = RewardNormalizer(0.0, done_key=None)
+    for norm in (forgetting, keeping):
+        for value in (4.0, 1.0):
+            norm(TensorDict({("next", "reward"): torch.full((1, 2, 1), value)}, [1, 2]))
+    assert float(forgetting.mean) == pytest.approx(2.0, abs=1e-3)
+    assert float(keeping.mean) == pytest.approx(2.5, abs=1e-3)
+    assert float(forgetting.count) == pytest.approx(3.0, abs=1e-3)
+    with pytest.raises(ValueError, match="forget"):
+        RewardNormalizer(0.9, forget=1.0)

@@ -111,7 +111,7 @@ def test_the_intrinsic_advantage_ignores_episode_ends_and_the_extrinsic_one_does
     _, critic = _networks()
     td = _batch(rows=2, steps=6)
     done = torch.zeros(2, 6, 1, dtype=torch.bool)
-    done[0, 2] = done[1, 4] = True
+    done[0, 2] = done[1, 4] = done[0, 5] = True  # the last one: bootstrap from ("next", ...)
     g = torch.Generator().manual_seed(3)
     td.set(("next", "reward"), torch.randn(2, 6, 1, generator=g))
     td.set(("next", "reward_intrinsic"), torch.rand(2, 6, 1, generator=g))
@@ -123,10 +123,13 @@ def test_the_intrinsic_advantage_ignores_episode_ends_and_the_extrinsic_one_does
         next_values = critic(td["next"].select("observation").clone())
     for suffix, gamma, cut in (("", 0.9, done), ("_intrinsic", 0.7, torch.zeros_like(done))):
         value = values[f"state_value{suffix}"].squeeze(-1)
+        next_value = next_values[f"state_value{suffix}"].squeeze(-1).clone()
+        if suffix:  # the stream goes on into the next episode: its first step's value
+            next_value[0, 2], next_value[1, 4] = value[0, 3], value[1, 5]
         expected = _gae(
             td["next", f"reward{suffix}"].squeeze(-1),
             value,
-            next_values[f"state_value{suffix}"].squeeze(-1),
+            next_value,
             gamma,
             0.8,
             cut.squeeze(-1),
@@ -140,3 +143,51 @@ def test_the_intrinsic_advantage_ignores_episode_ends_and_the_extrinsic_one_does
     compute_advantages(crossing, critic, 0.9, 0.8, intrinsic_gamma=0.7)
     assert crossing["advantage_intrinsic"][0, 2] > td["advantage_intrinsic"][0, 2]
     torch.testing.assert_close(crossing["advantage"][0, 2], td["advantage"][0, 2])
+
+
+def test_keyword_calls_return_loss_rnd_and_read_the_next_observation():
+    actor, critic = _networks()
+    rnd = RandomNetworkDistillation(*rnd_networks(4), observation_shape=(4,))
+    loss = RNDPPOLoss(actor, critic, rnd, functional=False)
+    assert ("next", "observation") in loss.in_keys and loss.out_keys[-1] == "loss_rnd"
+    td = _batch()
+    kwargs = {
+        "_".join(k) if isinstance(k, tuple) else k: td.get(k)
+        for k in loss.in_keys
+        if td.get(k, None) is not None
+    }
+    values = dict(zip(loss.out_keys, loss(**kwargs), strict=True))
+    torch.testing.assert_close(values["loss_rnd"], loss(td)["loss_rnd"])
+
+
+@pytest.mark.parametrize("functional", [False, True])
+def test_a_stale_intrinsic_value_in_the_input_is_not_read(functional):
+    actor, critic = _networks()
+    td = _batch()
+    loss = RNDPPOLoss(actor, critic, loss_critic_type="l2", functional=functional)
+    fresh = loss(td)["loss_critic"]
+    stale = td.clone()
+    stale["state_value_intrinsic"] = torch.full((3, 5, 1), 100.0)  # GAE leaves one there
+    out = loss(stale)
+    torch.testing.assert_close(out["loss_critic"], fresh)
+    out["loss_critic"].backward()
+    head = [p for n, p in critic.named_parameters() if n.endswith("weight")][-1]
+    assert head.grad is not None and bool(head.grad[1].abs().sum() > 0)  # the intrinsic row
+
+
+def test_a_critic_that_does_not_write_in_place_is_refused():
+    from tensordict.nn import TensorDictModule
+
+    actor, critic = _networks()
+    copy = TensorDictModule(critic.module, critic.in_keys, critic.out_keys, inplace=False)
+    loss = RNDPPOLoss(actor, copy, functional=False)
+    with pytest.raises(ValueError, match="must write 'state_value_intrinsic'"):
+        loss(_batch())
+
+
+def test_advantage_norm_is_refused():
+    from torchrl.modules.value_norm import RunningValueNorm
+
+    actor, critic = _networks()
+    with pytest.raises(ValueError, match="advantage_norm"):
+        RNDPPOLoss(actor, critic, advantage_norm=RunningValueNorm())

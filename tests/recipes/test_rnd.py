@@ -19,13 +19,12 @@ from ac_extensions.runtime import Checkpointer
 
 def test_build_gives_two_value_heads_and_a_frozen_target():
     config = PPOConfig(env_id="MountainCar-v0", rnd=True, workers=1, envs_per_worker=2)
-    _, critic, loss, _, flat, _ = ppo_recipe.build(config)
+    _, critic, loss, _, _, _ = ppo_recipe.build(config)
     assert isinstance(loss, RNDPPOLoss)
     assert critic.out_keys == ["state_value", "state_value_intrinsic"]
     trained = {id(p) for p in loss.parameters() if p.requires_grad}
     assert not any(id(p) in trained for p in loss.rnd.target.parameters())
     assert all(id(p) in trained for p in loss.rnd.predictor.parameters())
-    assert flat.parameter.numel() == sum(p.numel() for p in loss.parameters() if p.requires_grad)
 
 
 @pytest.mark.parametrize(
@@ -34,6 +33,7 @@ def test_build_gives_two_value_heads_and_a_frozen_target():
         (dict(intrinsic_gamma=1.5), "intrinsic_gamma"),
         (dict(rnd_proportion=0.0), "rnd_proportion"),
         (dict(clip_value=0.2), "clip_value"),
+        (dict(async_collection=True), "synchronous collection"),
     ],
 )
 def test_bad_rnd_settings_are_refused(bad, match):
@@ -81,6 +81,36 @@ def test_rnd_run_logs_both_streams_and_resumes_its_statistics(tmp_path, monkeypa
     again = built[-1].rnd  # restored, not started again from random steps
     assert again.observations.count.item() == pytest.approx(64 + 1536 + 1e-4)
     torch.testing.assert_close(again.target[0].weight, rnd.target[0].weight)
+    assert again.rewards.returns.shape == (4,)  # one running intrinsic return per env row
+    assert not torch.equal(again.predictor[0].weight, saved["rnd.predictor.0.weight"])  # trained on
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "env_id, extra",
+    [
+        ("MaskedCartPole-v1", dict(recurrent="lstm")),
+        ("MinAtar/Breakout-v1", dict(share_torso=True)),
+    ],
+)
+def test_rnd_trains_recurrent_and_image_policies(env_id, extra):
+    if env_id.startswith("MinAtar"):
+        pytest.importorskip("minatar")
+    config = PPOConfig(
+        env_id=env_id,
+        rnd=True,
+        frames=512,
+        workers=1,
+        envs_per_worker=2,
+        rollout_length=64,
+        epochs=1,
+        rnd_init_steps=8,
+        **extra,
+    )
+    metrics = list(ppo_recipe.train(config))
+    assert len(metrics) == 4
+    assert all(np.isfinite(m["train/loss_rnd"]) and m["train/loss_rnd"] > 0 for m in metrics)
+    assert all(np.isfinite(m["train/intrinsic_return"]) for m in metrics)
 
 
 FRAMES, THRESHOLD = 30_720, 0.5
