@@ -11,9 +11,9 @@ head and advantage: :class:`~ac_extensions.objectives.RNDPPOLoss`), nothing else
     python benchmarks/rnd_exploration.py --env DeepSea-v0 --summary-only
 
 * ``DeepSea-v0`` (registered by ``ac_extensions.runtime.envs``; Osband et al., 2019, bsuite):
-  a 20 × 20 grid where only 19 moves right out of 20, each costing 0.01/20, reach the reward
-  of 1 (a random policy: about 2 in 100,000 episodes). The recipe's defaults for small vector
-  tasks (rl-baselines3-zoo's tuned CartPole PPO).
+  a 20 × 20 grid where only moving right at every step (each move right costing 0.01/20)
+  reaches the reward of 1 (a random policy: about 2 episodes in 1,000,000). The recipe's
+  defaults for small vector tasks (rl-baselines3-zoo's tuned CartPole PPO).
 * ``SparseMountainCar-v0`` (registered by ``ac_extensions.runtime.envs``): MountainCar-v0
   paying 1 at the flag and 0 otherwise, so an episode's return is whether it reached the flag
   within 200 steps. The recipe's defaults for small vector tasks (rl-baselines3-zoo's tuned
@@ -47,7 +47,7 @@ RESULTS = HERE / "results"
 VARIANTS = {"ppo": [], "rnd": ["--rnd"]}
 """Each variant's flags on top of the env's."""
 ENVS = {
-    "DeepSea-v0": {"flags": [], "frames": 30_720, "threshold": 0.9},
+    "DeepSea-v0": {"flags": [], "frames": 61_440, "threshold": 0.9},
     "SparseMountainCar-v0": {
         "flags": ["--normalize-observations", "--return-window", "20"],
         "frames": 100_000,

@@ -1,13 +1,14 @@
 """PPO with Random Network Distillation on a hard-exploration task: TorchRL's parts, our losses.
 
-``DeepSea-v0`` (20 × 20): only 19 moves right out of 20, each of which costs a little, reach
-the reward of 1, so PPO alone learns to stop moving right and never finds it.
+``DeepSea-v0`` (20 × 20): only moving right at every step, each move costing a little,
+reaches the reward of 1, so PPO alone learns to stop moving right and never finds it.
 ``RandomNetworkDistillation`` turns each step's ``("next", "observation")`` into an intrinsic
-reward; TorchRL's ``GAE`` computes two advantages from a two-headed critic: the extrinsic one
-cut at episode ends (γ 0.98), the intrinsic one not (γ 0.99, its done keys pointed at an entry
-that is never set; λ 0.8 for both); ``RNDPPOLoss`` follows 2·A^E + A^I and adds the
-predictor's ``loss_rnd``. One ``MultiSyncCollector`` worker steps 8 envs (``SerialEnv``); 20
-epochs of 2 minibatches (advantages standardised in each) per batch of 8 × 64 steps, Adam 1e-3.
+reward; TorchRL's ``GAE`` computes two advantages from a two-headed critic: the extrinsic one cut at
+episode ends (γ 0.98), the intrinsic one not (γ 0.99, its done keys pointed at an entry that is
+never set, so at an episode end it bootstraps from the terminal observation, where the recipe takes
+the next episode's first; λ 0.8 for both); ``RNDPPOLoss`` follows 2·A^E + A^I and adds the
+predictor's ``loss_rnd``. One ``MultiSyncCollector`` worker steps 8 envs (``SerialEnv``); 20 epochs
+of 2 minibatches (advantages standardised in each) per batch of 8 × 64 steps, Adam 1e-3.
 ``--no-rnd``: the intrinsic advantage's weight is 0.
 
     python examples/compose_rnd_ppo.py --frames 20480 --seed 1

@@ -19,8 +19,9 @@ Registered gymnasium ids (registered on import, so worker processes see them too
   Reinforcement Learning", bsuite), ``size`` N = 20 by default: a one-hot ``[N·N]`` position
   on an N × N grid, starting top-left; every step goes one row down and one column left or
   right (action 0 or 1; right costs 0.01/N); after N steps the episode ends, paying 1 if the
-  agent reached the bottom-right cell, which only N − 1 moves right out of N do (a random
-  policy: about N · 2^−N of its episodes). Unlike bsuite, action 1 is "right" in every cell.
+  agent reached the bottom-right cell, which only moving right at every step does (or left at
+  the first, against the wall, then right): a random policy, 2 · 2^−N of its episodes. Unlike
+  bsuite, action 1 is "right" in every cell.
 """
 
 from __future__ import annotations
