@@ -178,10 +178,11 @@ class PPOConfig(OnPolicyConfig):
                 )
             if self.rnd_init_steps < 0:
                 raise ValueError(f"rnd_init_steps must be >= 0, got {self.rnd_init_steps}")
-            if self.async_collection:
+            if self.async_collection and self.workers > 1:
                 raise ValueError(
-                    "rnd needs synchronous collection: the intrinsic return runs on along each "
-                    "env's rows, which asynchronous batches from different workers break"
+                    "rnd with async_collection needs workers=1: the intrinsic return runs on "
+                    "along each env's rows, which asynchronous batches from different workers "
+                    f"interleave (got workers={self.workers})"
                 )
             if self.clip_value is not None:
                 raise ValueError(

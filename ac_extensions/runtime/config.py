@@ -284,6 +284,12 @@ class OnPolicyConfig(RunConfig):
             raise ValueError(f"init_scale must be finite and > 0, got {self.init_scale}")
         if not 0 <= self.lmbda <= 1:
             raise ValueError(f"lmbda must lie in [0, 1], got {self.lmbda}")
+        if self.normalize_rewards and self.async_collection and self.workers > 1:
+            raise ValueError(
+                "normalize_rewards with async_collection needs workers=1: the running returns "
+                "follow each env's rows, which asynchronous batches from different workers "
+                f"interleave (got workers={self.workers})"
+            )
         if self.share_torso and self.recurrent is not None:
             raise ValueError(
                 f"share_torso=True needs feed-forward networks, got recurrent={self.recurrent!r}"

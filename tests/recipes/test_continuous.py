@@ -154,3 +154,11 @@ def test_workers_normalise_with_the_learners_statistics(monkeypatch):
         normalize_rewards=True,
     )
     check_stored_normalisation(monkeypatch, config, ppo_recipe.train)
+
+
+def test_reward_normalisation_with_asynchronous_workers_is_refused():
+    # Each env row's running return needs the same row in the next batch: with several
+    # asynchronous workers consecutive batches come from different workers.
+    with pytest.raises(ValueError, match="needs workers=1"):
+        PPOConfig(env_id="Pendulum-v1", normalize_rewards=True, async_collection=True, workers=2)
+    PPOConfig(env_id="Pendulum-v1", normalize_rewards=True, async_collection=True, workers=1)

@@ -33,7 +33,7 @@ def test_build_gives_two_value_heads_and_a_frozen_target():
         (dict(intrinsic_gamma=1.5), "intrinsic_gamma"),
         (dict(rnd_proportion=0.0), "rnd_proportion"),
         (dict(clip_value=0.2), "clip_value"),
-        (dict(async_collection=True), "synchronous collection"),
+        (dict(async_collection=True, workers=2), "needs workers=1"),
     ],
 )
 def test_bad_rnd_settings_are_refused(bad, match):
