@@ -34,14 +34,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _scheduler as scheduler  # noqa: E402
 from _results import write_markdown  # noqa: E402
-from _summary import fmt, median, plot_curves, read_run, strip_curves  # noqa: E402
+from _sb3 import CHECKPOINT_MINUTES  # noqa: E402
+from _summary import algo_stats, fmt, plot_curves, read_run, strip_curves  # noqa: E402
 
 RESULTS = HERE / "results"
 VARIANTS = {"ppo": [], "rnd": ["--rnd"]}
@@ -71,28 +72,49 @@ def window(env: str) -> int:
 
 def run_dir(results: Path, env: str, variant: str, seed: int) -> Path:
     """Where one run lives."""
-    return results / "rnd" / "runs" / slug(env) / variant / f"seed{seed}"
+    return Path(results) / "rnd" / "runs" / slug(env) / variant / f"seed{seed}"
 
 
-def train(results: Path, env: str, variant: str, seed: int, frames: int) -> str:
-    """Run (or resume, or skip) one run; a one-line outcome."""
-    directory = run_dir(results, env, variant, seed)
+@dataclass(frozen=True)
+class Run:
+    """One (env, variant, seed) cell, as :func:`_scheduler.run_grid` runs it."""
+
+    env: str
+    variant: str
+    seed: int
+
+    def directory(self, results: Path) -> Path:
+        """Where the run lives."""
+        return run_dir(results, self.env, self.variant, self.seed)
+
+    def __str__(self) -> str:
+        return f"{self.env} {self.variant} seed {self.seed}"
+
+
+def action(run: Run, results: Path, frames: int) -> str:
+    """``"done"``, ``"resume"`` (with a checkpoint) or ``"fresh"``."""
+    directory = run.directory(results)
     if scheduler.complete_at(scheduler.read_summary(directory), frames):
-        return f"{variant} seed {seed}: complete, skipped"
-    directory.mkdir(parents=True, exist_ok=True)
-    command = [*scheduler.ac_train(), "ppo", "--env", env, "--frames", str(frames)]
-    command += ["--seed", str(seed), "--out", str(directory), *ENVS[env]["flags"]]
-    command += [*VARIANTS[variant], "--quiet"]
-    if scheduler.has_checkpoint(directory):
-        command.append("--resume")
-    result = scheduler.run_process(command, directory, timeout=frames / 10 + 600)
-    if result["status"] == "ok":
-        scheduler.prune_checkpoints(directory)
-    summary = result["summary"] or {}
-    return (
-        f"{variant} seed {seed}: {result['status']} in {result['seconds']:.0f} s "
-        f"(return window {fmt(summary.get('final_mean_return'), '.2f')})"
-    )
+        return "done"
+    return "resume" if scheduler.has_checkpoint(directory) else "fresh"
+
+
+def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
+    """``ac-train ppo`` for one run (``how``: ``"fresh"`` or ``"resume"``)."""
+    directory = run.directory(results)
+    every = ["--checkpoint-minutes", f"{CHECKPOINT_MINUTES:g}", "--quiet"]
+    if how == "resume":
+        return [*scheduler.ac_train(), "ppo", "--resume", str(directory), "--frames", str(frames)]
+    return [
+        *scheduler.ac_train(),
+        *("ppo", "--env", run.env, "--frames", str(frames), "--seed", str(run.seed)),
+        *("--out", str(directory), *ENVS[run.env]["flags"], *VARIANTS[run.variant], *every),
+    ]
+
+
+def execute(run: Run, results: Path, frames: int, how: str, timeout: float) -> dict:
+    """Run one cell in a subprocess (:func:`_scheduler.execute` with these commands)."""
+    return scheduler.execute(run, results, frames, how, timeout, action, command)
 
 
 def reached(run: dict, threshold: float) -> bool:
@@ -107,16 +129,8 @@ def summarise(results: Path, env: str, seeds: list[int], frames: int) -> dict:
     for variant in VARIANTS:
         runs = [read_run(run_dir(results, env, variant, s)) for s in seeds]
         runs = [r for r in runs if r and r["complete"] and (r["frames_target"] or 0) >= frames]
-        finals = [r["final_mean_return"] for r in runs]
-        stats = {
-            "seeds": len(runs),
-            "final_median": median(finals),
-            "final_min": min(finals, default=None),
-            "final_max": max(finals, default=None),
-            "per_seed": {r["seed"]: r["final_mean_return"] for r in runs},
-            "fps": median([r["fps"] for r in runs]),
-            "runs": runs,
-        }
+        stats = algo_stats(runs, None)  # final median, min, max, fps
+        stats |= {"per_seed": {r["seed"]: r["final_mean_return"] for r in runs}, "runs": runs}
         if threshold is not None:
             stats["reached"] = sum(reached(r, threshold) for r in runs)
         algorithms[variant] = stats
@@ -169,7 +183,7 @@ def write(results: Path, summary: dict) -> Path:
         )
         if threshold is not None:
             row += f" {stats['reached']} of {stats['seeds']} |"
-        lines.append(row + f" {fmt(stats['fps'], ',.0f')} |")
+        lines.append(row + f" {fmt(stats['fps_median'], ',.0f')} |")
     if png:
         lines += ["", f"![curves]({png.name})"]
     md = base.with_suffix(".md")
@@ -187,16 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args(argv)
-    frames = args.frames or ENVS[args.env]["frames"]
-    if not args.summary_only:
-        jobs = [(v, s) for s in args.seeds for v in args.variants]
-        with scheduler.stop_on_interrupt(), ThreadPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(train, args.results, args.env, v, s, frames) for v, s in jobs]
-            for future in futures:
-                print(future.result(), flush=True)
-    md = write(args.results, summarise(args.results, args.env, args.seeds, frames))
+    args.frames = args.frames or ENVS[args.env]["frames"]
+    failures = 0
+    if not args.summary_only:  # the grids' runner: locks, resume, pruned checkpoints
+        args.timeout, args.keep_checkpoints = args.frames / 10 + 600, False
+        runs = [Run(args.env, v, s) for s in args.seeds for v in args.variants]
+        failures = scheduler.run_grid(runs, args, action, execute)
+    md = write(args.results, summarise(args.results, args.env, args.seeds, args.frames))
     print(f"wrote {md}")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
