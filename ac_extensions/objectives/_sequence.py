@@ -169,8 +169,11 @@ class SequenceLossMixin:
                 )
             if advantage.shape[: len(batch)] == batch and advantage.shape[-1:] == (1,):
                 expected = advantage.shape
-        for key in (keys.advantage, keys.value_target, ("next", keys.reward)):
+        required = self._required_value_keys()
+        for key in (keys.advantage, keys.value_target, ("next", keys.reward), *required):
             value = tensordict.get(key, None)
+            if key in required:
+                value = self._require(tensordict, key, "a value entry this loss reads")
             if value is None or not isinstance(value, Tensor):
                 continue
             if tuple(value.shape) != tuple(expected):
@@ -184,6 +187,10 @@ class SequenceLossMixin:
                     f"non-finite entries"
                 )
         return expected
+
+    def _required_value_keys(self) -> tuple:
+        """Further entries shaped like the advantage that must be present (none here)."""
+        return ()
 
     # ------------------------------------------------------------------ diagnostics
     def _valid_mask(self, tensordict: TensorDictBase) -> Tensor | None:

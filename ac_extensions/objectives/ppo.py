@@ -248,18 +248,9 @@ class RNDPPOLoss(SequencePPOLoss):
         extra += list(rnd.in_keys) if rnd is not None else []
         self._in_keys = [*self._in_keys, *(k for k in extra if k not in self._in_keys)]
 
-    def _validate_values(self, tensordict: TensorDictBase) -> torch.Size:
-        expected = super()._validate_values(tensordict)
-        for key in (self.intrinsic_advantage_key, self.intrinsic_value_target_key):
-            value = self._require(tensordict, key, "the intrinsic stream's GAE output")
-            if value.shape != expected:
-                raise ValueError(
-                    f"{type(self).__name__}: {key!r} must have shape {list(expected)}, got "
-                    f"{list(value.shape)}"
-                )
-            if not bool(torch.isfinite(value).all()):
-                raise ValueError(f"{type(self).__name__}: {key!r} has non-finite entries")
-        return expected
+    def _required_value_keys(self) -> tuple:
+        # The intrinsic stream's GAE output, checked like the advantage (shape, finite).
+        return (self.intrinsic_advantage_key, self.intrinsic_value_target_key)
 
     def _maybe_normalize_advantage(self, advantage, tensordict, *, update_norm):
         # A = c_E·A^E + c_I·A^I (Burda et al., 2018, §2.3), then PPO's standardisation.
