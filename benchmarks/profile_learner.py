@@ -12,6 +12,8 @@ steps for the heaviest ops and cProfile for the heaviest Python functions.
     python benchmarks/profile_learner.py --label compile --compile static  # torch.compile
     python benchmarks/profile_learner.py --label cuda --env MinAtar/Breakout-v1 --device cuda
     python benchmarks/profile_learner.py --label graphs --device cuda --compile reduce-overhead
+    python benchmarks/profile_learner.py --label b8 --env MinAtar/Breakout-v1 --set batch_size=8
+    python benchmarks/profile_learner.py --label bf16 --env MinAtar/Breakout-v1 --autocast bfloat16
 
 On CUDA the phases are wall milliseconds with the device synchronised at each phase's end (a
 kernel's time is not on the process's CPU clock); ``reduce-overhead`` is ``torch.compile``'s
@@ -25,6 +27,8 @@ Each label writes ``benchmarks/results/reactor_learner_profile/<label>.json``; t
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import cProfile
 import dataclasses
 import io
@@ -92,11 +96,22 @@ def compile_networks(loss, mode: str) -> int:
     return count
 
 
-def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
+def parse_settings(items: list[str]) -> dict:
+    """``["batch_size=8", "lr=1e-3"]`` → ``{"batch_size": 8, "lr": 0.001}`` (Python literals)."""
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r} is not KEY=VALUE")
+        settings[key.strip()] = ast.literal_eval(value.strip())
+    return settings
+
+
+def timed_step(loss, optimizer, target, replay, config, autocast=None) -> dict[str, float]:
     """One learner step (as ``learner_step``), seconds per phase.
 
     Process CPU seconds on the CPU; on CUDA wall seconds, the device synchronised before each
-    reading.
+    reading. ``autocast`` (a dtype) runs the loss forward under ``torch.autocast``.
     """
     from torchrl.modules import set_recurrent_mode
 
@@ -111,7 +126,12 @@ def timed_step(loss, optimizer, target, replay, config) -> dict[str, float]:
     t0 = clock()
     sample = replay.sample().reshape(-1, config.sequence_length).to(config.device)
     t1 = clock()
-    with set_recurrent_mode(config.recurrent):
+    mixed = (
+        torch.autocast(config.device.split(":")[0], dtype=autocast)
+        if autocast is not None
+        else contextlib.nullcontext()
+    )
+    with set_recurrent_mode(config.recurrent), mixed:
         out = loss(sample)
     total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
     t2 = clock()
@@ -153,6 +173,19 @@ def main(argv: list[str] | None = None) -> None:
         "before timing",
     )
     parser.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ReactorConfig settings on top of the env's defaults, e.g. batch_size=8",
+    )
+    parser.add_argument(
+        "--autocast",
+        choices=("off", "bfloat16"),
+        default="off",
+        help="run the loss forward under torch.autocast with this dtype (mixed precision)",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.summary_only:
@@ -165,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     import ac_extensions
     from ac_extensions.recipes.reactor import ReactorConfig, build, make_replay
 
-    config = ReactorConfig.for_env(args.env, seed=1, device=args.device)
+    settings = parse_settings(args.set)
+    config = ReactorConfig.for_env(args.env, seed=1, device=args.device, **settings)
+    autocast = None if args.autocast == "off" else getattr(torch, args.autocast)
     _, loss, optimizer, target = build(config)
     replay = make_replay(config)
     # The workers' actor lives on the CPU (as in the recipe's collectors): a CUDA learner
@@ -180,11 +215,13 @@ def main(argv: list[str] | None = None) -> None:
         compiled = compile_networks(loss, args.compile)
     warm_up = time.process_time()
     for _ in range(20 if compiled else 5):  # compiling (and recompiling) happens here
-        timed_step(loss, optimizer, target, replay, config)
+        timed_step(loss, optimizer, target, replay, config, autocast)
     warm_up = time.process_time() - warm_up
     repeats = []
     for _ in range(args.repeats):
-        steps = [timed_step(loss, optimizer, target, replay, config) for _ in range(args.steps)]
+        steps = [
+            timed_step(loss, optimizer, target, replay, config, autocast) for _ in range(args.steps)
+        ]
         repeats.append({p: 1e3 * sum(s[p] for s in steps) / len(steps) for p in PHASES})
     phases = {p: statistics.median(r[p] for r in repeats) for p in PHASES}
     phases["total"] = statistics.median(sum(r.values()) for r in repeats)
@@ -193,12 +230,12 @@ def main(argv: list[str] | None = None) -> None:
 
     with profile() as prof:
         for _ in range(10):
-            timed_step(loss, optimizer, target, replay, config)
+            timed_step(loss, optimizer, target, replay, config, autocast)
     ops = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(20):
-        timed_step(loss, optimizer, target, replay, config)
+        timed_step(loss, optimizer, target, replay, config, autocast)
     profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
@@ -214,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
         "device": config.device,
         "clock": "wall, synchronised" if config.device.startswith("cuda") else "process CPU",
         "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s)",
+        "settings": settings,
+        "autocast": args.autocast,
+        "transitions_per_step": config.batch_size * config.sequence_length,
         "steps": args.steps,
         "repeats": args.repeats,
         "cpu_ms_per_step": phases,
@@ -251,6 +291,13 @@ def table(records: list[dict]) -> str:
     for phase in (*PHASES, "total"):
         cells = " | ".join(f"{r['cpu_ms_per_step'][phase]:.2f}" for r in records)
         rows.append(f"| {phase} | {cells} |")
+    sizes = [r.get("transitions_per_step") for r in records]
+    rows.append("| transitions per step | " + " | ".join(f"{n or '—'}" for n in sizes) + " |")
+    per = (
+        f"{1e3 * r['cpu_ms_per_step']['total'] / n:.1f}" if n else "—"
+        for r, n in zip(records, sizes, strict=True)
+    )
+    rows.append("| µs per transition | " + " | ".join(per) + " |")
     return "\n".join(rows)
 
 
@@ -262,6 +309,8 @@ def summary(records: list[dict]) -> str:
         f"### {r['label']} ({r['env']}, code from `{r['source']}`"
         + (f"; fast path: {r['fast_path']}" if "fast_path" in r else "")
         + (f"; torch.compile: {r['compile']}" if "compile" in r else "")
+        + (f"; settings: {r['settings']}" if r.get("settings") else "")
+        + (f"; autocast: {r['autocast']}" if r.get("autocast", "off") != "off" else "")
         + (f"; device {r['device']}, {r['clock']} ms" if "device" in r else "")
         + ")\n\n"
         f"torch ops (10 steps):\n\n```\n{r['torch_ops']}\n```\n\n"
@@ -270,7 +319,8 @@ def summary(records: list[dict]) -> str:
     )
     return (
         "# Reactor learner step: milliseconds per phase\n\n"
-        "Each label's default `ReactorConfig.for_env(env)` (the MinAtar network on MinAtar), "
+        "Each label's `ReactorConfig.for_env(env)` (the MinAtar network on MinAtar) with the "
+        "settings its command gives (`--set`), "
         "one torch thread; process CPU time per learner step (on CUDA: wall time, the device "
         "synchronised at each phase's end), median over the repeats. "
         "Commands:\n\n"
