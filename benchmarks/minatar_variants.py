@@ -44,6 +44,9 @@ Studies (:data:`STUDIES`):
   frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
   32 steps; with and without ``--async-collection true`` (the batch collected by the policy
   of one update earlier).
+- ``ppo_rounding``: one seed of PPO run again with nothing changed but the float rounding
+  (the learner's thread count, 1 to 4), beside the grid's run of that seed: how far a run's
+  outcome moves under rounding-sized changes, to set beside the spread across seeds.
 - ``acer_lr``: ACER's Adam step size at 1e-4 and 5e-4 around the MinAtar default 2.5e-4 (the
   MinAtar DQN's, taken over untested; the grid's ``acer`` rows). The games to screen first are
   the two where the SB3 QR-DQN beats ACER, Asterix and Seaquest.
@@ -147,6 +150,19 @@ STUDIES: dict[str, dict] = {
                 "--async-collection",
                 "true",
             ],
+        },
+    },
+    "ppo_rounding": {
+        "algo": "ppo",
+        "baseline": "1 learner thread (default)",
+        "variants": {
+            # The same seed and settings; only the float rounding differs: the learner's
+            # thread count changes how the GEMMs split their sums (the first losses differ in
+            # the 8th digit). The default is the grid's ppo row (same command).
+            "1 learner thread, rerun": ["--torch-threads", "1"],
+            "2 learner threads": ["--torch-threads", "2"],
+            "3 learner threads": ["--torch-threads", "3"],
+            "4 learner threads": ["--torch-threads", "4"],
         },
     },
     "acer_lr": {
