@@ -221,6 +221,7 @@ def estimates(
     return {
         "reps": REPS,
         "reference": reference,
+        "per_game_improvement": per_game_improvement(summary, ours, others),
         "normalised_games": normalised,
         "left_out": [g for g in games if g in reference and g not in normalised],
         "per_game": per_game,
@@ -229,6 +230,30 @@ def estimates(
         "improvement": improvement,
         "profiles": _profiles(matrices),
     }
+
+
+def per_game_improvement(
+    summary: dict[str, Any], ours: Sequence[str], others: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """``"ours > theirs" → game →`` P(ours > theirs) on that game's complete runs and its verdict.
+
+    One game at a time, so the seeds need not match (the two sides are resampled
+    independently); a pair appears where both have complete runs on at least one game.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for mine in ours:
+        for theirs in others:
+            games = {}
+            for game in summary["games"]:
+                x, y = final_scores(summary, mine, game), final_scores(summary, theirs, game)
+                if not x or not y:
+                    continue
+                column = (np.array(list(x.values()))[:, None], np.array(list(y.values()))[:, None])
+                point, low, high = probability_of_improvement(*column)
+                games[game] = {"probability": (point, low, high), "verdict": verdict(low, high)}
+            if games:
+                out[f"{mine} > {theirs}"] = games
+    return out
 
 
 def _profiles(matrices: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -319,6 +344,24 @@ def markdown(data: dict[str, Any], *, label: str = "game", spec: str = ".2f") ->
             lines.append(
                 f"| {pair} | {row['games']} | {_ci(row['probability'], '.2f')} | {row['verdict']} |"
             )
+        lines.append("")
+    per_game = data.get("per_game_improvement") or {}
+    if per_game:
+        names = list(dict.fromkeys(g for games in per_game.values() for g in games))
+        lines += [
+            f"Per {label}, the same verdict from that {label}'s runs alone (P(ours > theirs) in "
+            f"brackets; with a few runs a side only a clean separation of the runs gives "
+            f"**above** or **below**):",
+            "",
+            "| comparison | " + " | ".join(names) + " |",
+            "|---" * (len(names) + 1) + "|",
+        ]
+        for pair, games in per_game.items():
+            cells = (
+                f"{games[g]['verdict']} ({games[g]['probability'][0]:.2f})" if g in games else "—"
+                for g in names
+            )
+            lines.append(f"| {pair} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 

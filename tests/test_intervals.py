@@ -171,3 +171,41 @@ def test_comparisons_use_every_shared_game_on_raw_scores(intervals):
     assert "Not in the aggregate (no complete run on one of them): late." in "\n".join(
         intervals.markdown(data)
     )
+
+
+def test_per_game_verdicts_judge_each_game_on_its_own_runs(intervals):
+    summary = {
+        "games": {
+            "A": {  # ours above every run of theirs: P 1, above
+                "algorithms": {
+                    "ours": {"runs": [run(1, 20.0), run(2, 22.0), run(3, 24.0)]},
+                    "theirs": {"runs": [run(1, 10.0), run(2, 11.0), run(5, 12.0)]},
+                }
+            },
+            "B": {  # ours below: P 0, below
+                "algorithms": {
+                    "ours": {"runs": [run(1, 1.0), run(2, 1.5), run(3, 2.0)]},
+                    "theirs": {"runs": [run(1, 3.0), run(2, 4.0)]},
+                }
+            },
+            "C": {  # interleaved runs: level
+                "algorithms": {
+                    "ours": {"runs": [run(1, 1.0), run(2, 3.0)]},
+                    "theirs": {"runs": [run(1, 2.0), run(2, 4.0)]},
+                }
+            },
+            "D": {"algorithms": {"ours": {"runs": [run(1, 1.0)]}}},  # no runs of theirs
+        }
+    }
+    data = intervals.estimates(summary, ["ours"], ["theirs"])
+    games = data["per_game_improvement"]["ours > theirs"]
+    assert list(games) == ["A", "B", "C"]  # D has nothing to compare with
+    assert games["A"]["probability"] == (1.0, 1.0, 1.0) and games["A"]["verdict"] == "above"
+    assert games["B"]["probability"] == (0.0, 0.0, 0.0) and games["B"]["verdict"] == "below"
+    # C: pairs (1,2) lost, (1,4) lost, (3,2) won, (3,4) lost: P = 1/4, interval holds 0.5
+    point, low, high = games["C"]["probability"]
+    assert point == pytest.approx(0.25) and low <= 0.5 <= high
+    assert games["C"]["verdict"] == "level"
+    table = "\n".join(intervals.markdown(data))
+    assert "| comparison | A | B | C |" in table
+    assert "| ours > theirs | above (1.00) | below (0.00) | level (0.25) |" in table
