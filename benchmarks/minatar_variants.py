@@ -95,7 +95,8 @@ STUDIES: dict[str, dict] = {
     },
     "ppo_epochs": {
         "algo": "ppo",
-        "baseline": "3 epochs (default)",
+        "baseline": "3 epochs (the default then)",
+        "baseline_recorded": "3 epochs (default)",
         "variants": {
             # The default (the PPO paper's 3 epochs) is the grid's ppo row (same command).
             "4 epochs (SB3 zoo)": ["--epochs", "4"],
@@ -139,6 +140,7 @@ STUDIES: dict[str, dict] = {
     "ppo_envs": {
         "algo": "ppo",
         "baseline": "8 envs × 128 steps (default)",
+        "baseline_recorded": "8 envs × 128 steps (default)",
         "variants": {
             # The default (8 envs × 128 steps) is the grid's ppo row (same command).
             "32 envs × 32 steps": ["--envs-per-worker", "32", "--rollout-length", "32"],
@@ -179,7 +181,10 @@ STUDIES: dict[str, dict] = {
 is one of ``minatar_grid.py``'s own runs (the same command without the flags) names it as
 ``baseline``: its table shows the grid's runs of the same games and seeds under that name. With
 ``baseline_from`` (study, variant) the baseline's runs are that other study's variant's instead
-of the grid's (a comparison made when the grid's default was another)."""
+of the grid's (a comparison made when the grid's default was another). With
+``baseline_recorded`` (a label) the grid's runs of that time have since been replaced by runs of
+newer defaults, so the baseline's rows are the ones recorded under that label in the previous
+``minatar_variants.json``, kept as they were, and never read from today's grid."""
 FRACTIONS = (0.25, 0.5, 1.0)
 """Where along each run the table reads the 100-episode mean (fractions of its frames)."""
 
@@ -302,8 +307,11 @@ def summarize(results: Path) -> dict:
     """Every study's runs found under ``results``: ``{study: {variant: {game: [run...]}}}``.
 
     A study with a ``baseline`` gets it as a first variant: the grid's complete runs of the
-    study's algorithm on the games and seeds its variants ran (or ``baseline_from``'s).
+    study's algorithm on the games and seeds its variants ran (or ``baseline_from``'s), or the
+    rows recorded in the previous summary (``baseline_recorded``).
     """
+    previous_path = results / "minatar_variants.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.is_file() else {}
     found: dict = {}
     for study, spec in STUDIES.items():
         for variant in spec["variants"]:
@@ -316,6 +324,12 @@ def summarize(results: Path) -> dict:
                     found.setdefault(study, {}).setdefault(variant, {}).setdefault(game, [])
                     found[study][variant][game].append(row)
         if "baseline" not in spec or study not in found:
+            continue
+        if "baseline_recorded" in spec:
+            recorded = previous.get(study, {}).get(spec["baseline_recorded"])
+            recorded = recorded or previous.get(study, {}).get(spec["baseline"])
+            if recorded:
+                found[study] = {spec["baseline"]: recorded, **found[study]}
             continue
         baseline: dict = {}
         for game in GAMES:
@@ -361,7 +375,12 @@ def markdown(found: dict) -> str:
                 if flags is None and "baseline_from" in spec:
                     other, other_variant = spec["baseline_from"]
                     flags = STUDIES[other]["variants"][other_variant]
-                flags = f"`{' '.join(flags)}`" if flags else f"(`minatar_grid.py`'s {spec['algo']})"
+                then = " of that time" if "baseline_recorded" in spec else ""
+                flags = (
+                    f"`{' '.join(flags)}`"
+                    if flags
+                    else f"(`minatar_grid.py`'s {spec['algo']}{then})"
+                )
                 lines.append(
                     f"| {variant} | {flags} | {game} | "
                     f"{', '.join(str(r['seed']) for r in runs)} | {frames:,.0f} | {cells} | "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -122,10 +123,10 @@ def test_summary_reads_each_run_at_its_fractions(bench, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_study_with_a_baseline_shows_the_grid_runs_of_its_games_and_seeds(bench, tmp_path):
-    variant = "32 envs × 32 steps"
+    variant = "2 learner threads"
     rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0), (4000, 4.0, 100, 3.0)]
     fake_run(
-        bench.run_dir(tmp_path, "ppo_envs", variant, "Breakout", 1),
+        bench.run_dir(tmp_path, "ppo_rounding", variant, "Breakout", 1),
         "ppo",
         1,
         final=4.0,
@@ -145,16 +146,16 @@ def test_a_study_with_a_baseline_shows_the_grid_runs_of_its_games_and_seeds(benc
     fake_run(grid_run("Breakout", "ppo", 2).directory(tmp_path), "ppo", 2, final=9.0, curve=rows)
     fake_run(grid_run("Asterix", "ppo", 1).directory(tmp_path), "ppo", 1, final=9.0, curve=rows)
     found = bench.summarize(tmp_path)
-    baseline = "8 envs × 128 steps (default)"
-    assert list(found["ppo_envs"]) == [baseline, variant]  # the baseline first
-    assert list(found["ppo_envs"][baseline]) == ["Breakout"]
-    assert [r["seed"] for r in found["ppo_envs"][baseline]["Breakout"]] == [1]
+    baseline = "1 learner thread (default)"
+    assert list(found["ppo_rounding"]) == [baseline, variant]  # the baseline first
+    assert list(found["ppo_rounding"][baseline]) == ["Breakout"]
+    assert [r["seed"] for r in found["ppo_rounding"][baseline]["Breakout"]] == [1]
     md = bench.markdown(found)
     assert (
         f"| {baseline} | (`minatar_grid.py`'s ppo) | Breakout | 1 | 4,000 | 0.50 | 1.00 | 2.00 "
         "| 100 |" in md
     )
-    assert f"| {variant} | `--envs-per-worker 32 --rollout-length 32` | Breakout | 1 " in md
+    assert f"| {variant} | `--torch-threads 2` | Breakout | 1 " in md
     assert "ppo_epochs" not in md  # a baseline alone makes no table
 
 
@@ -198,3 +199,36 @@ def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path
         f"| {baseline} | `--policy-torso-gradient false` | Freeway | 1 | 4,000 | 2.00 | 4.00 "
         "| 8.00 | 50 |" in md
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_recorded_baseline_keeps_the_rows_of_the_previous_summary(bench, tmp_path):
+    # ppo_envs ran when the grid's ppo runs had older defaults; those runs were replaced, so
+    # its baseline rows are the recorded ones, whatever the grid holds today.
+    variant = "32 envs × 32 steps"
+    rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0), (4000, 4.0, 100, 3.0)]
+    fake_run(
+        bench.run_dir(tmp_path, "ppo_envs", variant, "Breakout", 1), "ppo", 1, final=4.0, curve=rows
+    )
+    grid_run = sys.modules["minatar_grid"].Run
+    fake_run(grid_run("Breakout", "ppo", 1).directory(tmp_path), "ppo", 1, final=9.0, curve=rows)
+    baseline = "8 envs × 128 steps (default)"
+    recorded = {
+        "Breakout": [
+            {
+                "seed": 1,
+                "frames": 4000,
+                "fps": 10.0,
+                "final_mean_return": 0.7,
+                "at": {"0.25": 0.1, "0.5": 0.3, "1.0": 0.7},
+            }
+        ]
+    }
+    previous = {"ppo_envs": {baseline: recorded, variant: {}}}
+    (tmp_path / "minatar_variants.json").write_text(json.dumps(previous))
+    found = bench.summarize(tmp_path)
+    assert list(found["ppo_envs"]) == [baseline, variant]
+    assert found["ppo_envs"][baseline] == recorded  # not the grid's run (9.0)
+    # Without a previous summary there is nothing to show for it: the grid's run is not used.
+    (tmp_path / "minatar_variants.json").unlink()
+    assert list(bench.summarize(tmp_path)["ppo_envs"]) == [variant]
