@@ -24,6 +24,9 @@ Studies (:data:`STUDIES`):
   acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
   frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
   replayed steps per frame; MinAtar's DQN replays 32).
+- ``reactor_ratio``: ``reactor_acting``'s 16 frames per learner step over a whole 1M-frame
+  run, against the grid's runs of the default: a quarter of the learner's work per frame, so
+  about four times the frames per second, if the early lag in return closes by the end.
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
   default), both with the policy gradient stopped at the torso (the MinAtar default when it
   ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
@@ -106,6 +109,15 @@ STUDIES: dict[str, dict] = {
         "algo": "reactor",
         "variants": {
             "4 frames per learner step": ["--acting-steps-per-learning-step", "4"],
+            "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
+        },
+    },
+    "reactor_ratio": {
+        "algo": "reactor",
+        "baseline": "4 frames per learner step (default)",
+        "variants": {
+            # reactor_acting's quarter replay ratio, over the grid's whole 1M frames: does the
+            # early lag close? The default is the grid's reactor row (same command).
             "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
         },
     },
