@@ -48,8 +48,9 @@ Studies (:data:`STUDIES`):
   32 steps; with and without ``--async-collection true`` (the batch collected by the policy
   of one update earlier).
 - ``ppo_rounding``: one seed of PPO run again with nothing changed but the float rounding
-  (the learner's thread count, 1 to 4), beside the grid's run of that seed: how far a run's
-  outcome moves under rounding-sized changes, to set beside the spread across seeds.
+  (today's code with one learner thread, and with two), beside the grid's run of that seed
+  (an older commit): how far a run's outcome moves under rounding-sized changes, to set
+  beside the spread across seeds.
 - ``acer_lr``: ACER's Adam step size at 1e-4 and 5e-4 around the MinAtar default 2.5e-4 (the
   MinAtar DQN's, taken over untested; the grid's ``acer`` rows). The games to screen first are
   the two where the SB3 QR-DQN beats ACER, Asterix and Seaquest.
@@ -170,13 +171,12 @@ STUDIES: dict[str, dict] = {
         "algo": "ppo",
         "baseline": "1 learner thread (default)",
         "variants": {
-            # The same seed and settings; only the float rounding differs: the learner's
-            # thread count changes how the GEMMs split their sums (the first losses differ in
-            # the 8th digit). The default is the grid's ppo row (same command).
+            # The same seed and settings; only the float rounding differs: two learner threads
+            # split the GEMMs' sums differently from one (the first losses differ in the 8th
+            # digit; three threads reproduce two's run exactly). The default is the grid's
+            # ppo row (same command, run at an older commit); the rerun is today's code.
             "1 learner thread, rerun": ["--torch-threads", "1"],
             "2 learner threads": ["--torch-threads", "2"],
-            "3 learner threads": ["--torch-threads", "3"],
-            "4 learner threads": ["--torch-threads", "4"],
         },
     },
     "acer_lr": {
