@@ -4,18 +4,34 @@ A grid script adds its own environment and algorithm options, then
 :func:`add_grid_arguments`; :func:`prepare` checks the parsed options, :func:`require` stops
 early with the install line when an optional package is missing, :func:`widen_to_grid` makes a
 run of part of the grid summarise the whole default grid, and :func:`report` prints what was
-written.
+written. :func:`parse_settings` reads ``KEY=VALUE`` config overrides (also used by the
+single-run benchmarks).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import time
 from pathlib import Path
 from typing import Any
 
 DEFAULT_SEEDS = (1, 2, 3)
+
+
+def parse_settings(items, what: str = "--set") -> dict:
+    """``["batch_size=8", "lr=1e-3"]`` → ``{"batch_size": 8, "lr": 0.001}`` (Python literals).
+
+    ``what`` names the option or spec in the error for an item without ``=``.
+    """
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{what}: {item!r} is not key=value")
+        settings[key.strip()] = ast.literal_eval(value.strip())
+    return settings
 
 
 def widen_to_grid(args: argparse.Namespace, field: str, names, default_algos, algos) -> None:

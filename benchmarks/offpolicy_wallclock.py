@@ -26,13 +26,13 @@ Writes ``benchmarks/results/offpolicy_wallclock.{md,json}``.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _grid_cli import parse_settings
 from _threshold import run_seeds, run_until_threshold, write_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -152,13 +152,7 @@ def parse_variant(name: str) -> tuple[str, dict]:
             f"unknown variant {name!r}: expected one of {sorted(VARIANTS)} or "
             "'<ppo|acer|reactor>:key=value,...'"
         )
-    overrides: dict = {"frames": 60_000}
-    for item in spec.split(","):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"variant {name!r}: {item!r} is not key=value")
-        overrides[key.strip()] = ast.literal_eval(value.strip())
-    return recipe, overrides
+    return recipe, {"frames": 60_000} | parse_settings(spec.split(","), f"variant {name!r}")
 
 
 def run_variant(name: str, seed: int) -> dict:

@@ -27,7 +27,6 @@ Each label writes ``benchmarks/results/reactor_learner_profile/<label>.json``; t
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import cProfile
 import dataclasses
@@ -43,6 +42,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _grid_cli import parse_settings
 from _results import write_markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -94,17 +94,6 @@ def compile_networks(loss, mode: str) -> int:
                     wrapper.module.compile(dynamic=mode == "dynamic")
                 count += 1
     return count
-
-
-def parse_settings(items: list[str]) -> dict:
-    """``["batch_size=8", "lr=1e-3"]`` → ``{"batch_size": 8, "lr": 0.001}`` (Python literals)."""
-    settings = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r} is not KEY=VALUE")
-        settings[key.strip()] = ast.literal_eval(value.strip())
-    return settings
 
 
 def timed_step(loss, optimizer, target, replay, config, autocast=None) -> dict[str, float]:

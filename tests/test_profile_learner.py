@@ -54,3 +54,13 @@ def test_cuda_labels_name_their_clock(bench):
         "### g (MinAtar/Breakout-v1, code from `/src`; device cuda, wall, synchronised ms)" in text
     )
     assert "### c (CartPole-v1, code from `/src`)" in text  # older records: no device field
+
+
+def test_set_reads_config_settings_as_python_literals(bench):
+    assert bench.parse_settings(["batch_size=8", "lr=1e-3", "recurrent=True"]) == {
+        "batch_size": 8,
+        "lr": 1e-3,
+        "recurrent": True,
+    }
+    with pytest.raises(ValueError, match="--set: 'batch_size' is not key=value"):
+        bench.parse_settings(["batch_size"])
