@@ -100,7 +100,7 @@ STUDIES: dict[str, dict] = {
     "ppo_epochs": {
         "algo": "ppo",
         "baseline": "3 epochs (the default then)",
-        "baseline_recorded": "3 epochs (default)",
+        "baseline_recorded": True,
         "variants": {
             # The default (the PPO paper's 3 epochs) is the grid's ppo row (same command).
             "4 epochs (SB3 zoo)": ["--epochs", "4"],
@@ -153,7 +153,7 @@ STUDIES: dict[str, dict] = {
     "ppo_envs": {
         "algo": "ppo",
         "baseline": "8 envs × 128 steps (default)",
-        "baseline_recorded": "8 envs × 128 steps (default)",
+        "baseline_recorded": True,
         "variants": {
             # The default (8 envs × 128 steps) is the grid's ppo row (same command).
             "32 envs × 32 steps": ["--envs-per-worker", "32", "--rollout-length", "32"],
@@ -194,8 +194,8 @@ is one of ``minatar_grid.py``'s own runs (the same command without the flags) na
 ``baseline``: its table shows the grid's runs of the same games and seeds under that name. With
 ``baseline_from`` (study, variant) the baseline's runs are that other study's variant's instead
 of the grid's (a comparison made when the grid's default was another). With
-``baseline_recorded`` (a label) the grid's runs of that time have since been replaced by runs of
-newer defaults, so the baseline's rows are the ones recorded under that label in the previous
+``baseline_recorded`` the grid's runs of that time have since been replaced by runs of newer
+defaults, so the baseline's rows are the ones recorded under its name in the previous
 ``minatar_variants.json``, kept as they were, and never read from today's grid."""
 FRACTIONS = (0.25, 0.5, 1.0)
 """Where along each run the table reads the 100-episode mean (fractions of its frames)."""
@@ -337,9 +337,8 @@ def summarize(results: Path) -> dict:
                     found[study][variant][game].append(row)
         if "baseline" not in spec or study not in found:
             continue
-        if "baseline_recorded" in spec:
-            recorded = previous.get(study, {}).get(spec["baseline_recorded"])
-            recorded = recorded or previous.get(study, {}).get(spec["baseline"])
+        if spec.get("baseline_recorded"):
+            recorded = previous.get(study, {}).get(spec["baseline"])
             if recorded:
                 found[study] = {spec["baseline"]: recorded, **found[study]}
             continue
@@ -387,7 +386,7 @@ def markdown(found: dict) -> str:
                 if flags is None and "baseline_from" in spec:
                     other, other_variant = spec["baseline_from"]
                     flags = STUDIES[other]["variants"][other_variant]
-                then = " of that time" if "baseline_recorded" in spec else ""
+                then = " of that time" if spec.get("baseline_recorded") else ""
                 flags = (
                     f"`{' '.join(flags)}`"
                     if flags
