@@ -1,12 +1,22 @@
-"""PPO's training speed against Stable-Baselines3 PPO at the same settings, side by side.
+"""PPO's training speed against Stable-Baselines3 PPO, side by side in one invocation.
 
-For each env, our PPO (``PPOConfig.for_env``: the recipe's defaults for the env's family) and
-SB3 PPO at the same settings (batch, epochs, minibatch, network, normalisation; MinAtar: the
-``sb3_ppo_const`` baseline of the MinAtar grid; MuJoCo: SB3's PPO defaults, which are the PPO
-paper's, with ``VecNormalize``) each train ``--frames`` frames in a fresh subprocess, one
-after the other and alternating (ours, SB3, ours, SB3, ...) ``--repeats`` times, so a change
-of machine load hits both alike. fps counts the whole run from before the model is built;
-the table gives the median of the repeats and ours over SB3's.
+For each env, three runs of ``--frames`` frames, each in a fresh subprocess, one after the
+other and alternating (ours, SB3, zoo, ours, SB3, zoo, ...) ``--repeats`` times, so a change
+of machine load hits all alike:
+
+- ``ours``: our PPO with its defaults (``PPOConfig.for_env``: the recipe's defaults for the
+  env's family);
+- ``sb3``: SB3 PPO at the same settings (batch, epochs, minibatch, network, normalisation;
+  MinAtar: the ``sb3_ppo_const`` baseline of the MinAtar grid; MuJoCo: SB3's PPO defaults,
+  which are the PPO paper's, with ``VecNormalize``), the question "which implementation is
+  faster at the same work";
+- ``zoo``: SB3 PPO with rl-baselines3-zoo's tuned settings for the env, the grids' ``sb3_ppo``
+  rows (MinAtar: the zoo's Atari settings, the same work as ``sb3`` with annealed schedules;
+  MuJoCo: the zoo's per-task settings, ``mujoco_grid.ZOO_PPO``), the question "how fast does
+  each library train with its own settings for the task".
+
+fps counts the whole run from before the model is built; the table gives the median of the
+repeats and ours over each SB3 side.
 
     python benchmarks/ppo_speed.py --envs MinAtar/Breakout-v1 HalfCheetah-v5 --frames 100000
 
@@ -77,6 +87,38 @@ def sb3(env_id: str, frames: int) -> dict:
     return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
 
 
+def zoo(env_id: str, frames: int) -> dict:
+    """SB3 PPO with rl-baselines3-zoo's tuned settings for ``env_id``; frames and seconds."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from ac_extensions.runtime.envs import env_family, make_gym_env
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    if env_family(env_id) == "minatar":
+        from _minatar_sb3 import sb3_settings
+
+        env = make_vec_env(lambda: make_gym_env(env_id), n_envs=8, seed=1)
+        settings = sb3_settings("sb3_ppo", frames)
+    else:
+        from mujoco_grid import sb3_settings
+
+        settings = sb3_settings(env_id.split("-")[0])
+        env = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=1)
+        env = VecNormalize(env, gamma=settings.get("gamma", 0.99))
+    model = PPO("MlpPolicy", env, seed=1, device="cpu", verbose=0, **settings)
+    model.learn(frames)
+    return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
+
+
+SIDES = {"ours": ours, "sb3": sb3, "zoo": zoo}
+"""The three runs per env and repeat, in the order they alternate."""
+
+
 def run_child(which: str, env_id: str, frames: int) -> dict:
     """One run in a fresh interpreter; its result dict."""
     command = [sys.executable, __file__, "--child", which, env_id, str(frames)]
@@ -104,31 +146,37 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     for env_id in args.envs:
-        fps: dict[str, list[float]] = {"ours": [], "sb3": []}
+        fps: dict[str, list[float]] = {which: [] for which in SIDES}
         for repeat in range(args.repeats):
-            for which in ("ours", "sb3"):
+            for which in SIDES:
                 result = run_child(which, env_id, args.frames)
                 fps[which].append(result["frames"] / result["seconds"])
                 print(f"{env_id} {which} #{repeat + 1}: {fps[which][-1]:,.0f} fps", flush=True)
-        ours_fps, sb3_fps = median(fps["ours"]), median(fps["sb3"])
+        ours_fps = median(fps["ours"])
         rows.append(
-            {"env": env_id, "ours": fps["ours"], "sb3": fps["sb3"], "ratio": ours_fps / sb3_fps}
+            fps
+            | {
+                "env": env_id,
+                "ratio": ours_fps / median(fps["sb3"]),
+                "ratio_zoo": ours_fps / median(fps["zoo"]),
+            }
         )
     lines = [
-        "# PPO: training fps against Stable-Baselines3 PPO at the same settings",
+        "# PPO: training fps against Stable-Baselines3 PPO, at the same and at its own settings",
         "",
         f"Command: `python benchmarks/ppo_speed.py --envs {' '.join(args.envs)} --frames "
         f"{args.frames} --repeats {args.repeats}`; {platform.processor() or platform.machine()}, "
         "runs one at a time, alternating. fps: the whole run, start-up included (median of the "
-        "repeats).",
+        "repeats). Ours: our PPO's defaults; SB3 same: SB3 PPO at those settings; SB3 zoo: SB3 "
+        "PPO with rl-baselines3-zoo's tuned settings for the env (the grids' `sb3_ppo`).",
         "",
-        "| env | ours fps | SB3 PPO fps | ours / SB3 |",
-        "|---|---|---|---|",
+        "| env | ours fps | SB3 same fps | ours / SB3 same | SB3 zoo fps | ours / SB3 zoo |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['env']} | {median(row['ours']):,.0f} | {median(row['sb3']):,.0f} | "
-            f"{row['ratio']:.2f}× |"
+            f"{row['ratio']:.2f}× | {median(row['zoo']):,.0f} | {row['ratio_zoo']:.2f}× |"
         )
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "ppo_speed.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -139,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _, _, which, env_id, frames = sys.argv
-        result = {"ours": ours, "sb3": sb3}[which](env_id, int(frames))
+        result = SIDES[which](env_id, int(frames))
         print("RESULT " + json.dumps(result), flush=True)
         sys.exit(0)
     sys.exit(main())

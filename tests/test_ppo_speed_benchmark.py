@@ -21,7 +21,11 @@ def load():
 def test_runs_alternate_and_the_table_gives_median_fps_and_ratio(tmp_path, monkeypatch):
     bench = load()
     calls = []
-    seconds = {"ours": iter([1.0, 4.0, 2.0]), "sb3": iter([2.0, 2.0, 8.0])}
+    seconds = {
+        "ours": iter([1.0, 4.0, 2.0]),
+        "sb3": iter([2.0, 2.0, 8.0]),
+        "zoo": iter([10.0, 20.0, 40.0]),
+    }
 
     def fake(which, env_id, frames):
         calls.append(which)
@@ -34,7 +38,8 @@ def test_runs_alternate_and_the_table_gives_median_fps_and_ratio(tmp_path, monke
         )
         == 0
     )
-    assert calls == ["ours", "sb3"] * 3
+    assert calls == ["ours", "sb3", "zoo"] * 3
     rows = json.loads((tmp_path / "ppo_speed.json").read_text())
     assert rows[0]["ratio"] == 500.0 / 500.0  # medians: ours 500 fps, SB3 500 fps
-    assert "| E-v0 | 500 | 500 | 1.00× |" in (tmp_path / "ppo_speed.md").read_text()
+    assert rows[0]["ratio_zoo"] == 500.0 / 50.0  # zoo: 100, 50, 25 fps
+    assert "| E-v0 | 500 | 500 | 1.00× | 50 | 10.00× |" in (tmp_path / "ppo_speed.md").read_text()
