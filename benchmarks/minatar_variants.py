@@ -10,6 +10,7 @@ budget, through the CLI exactly as ``minatar_grid.py`` runs ours::
     python benchmarks/minatar_variants.py --study reactor_entropy --games Freeway --seeds 1
     python benchmarks/minatar_variants.py --study acer_lr --games Asterix Seaquest --seeds 1
     python benchmarks/minatar_variants.py --study acer_lr --variants "lr 5e-4" --seeds 2 3
+    python benchmarks/minatar_variants.py --study a2c_torso --seeds 1
     python benchmarks/minatar_variants.py --summary-only
 
 Studies (:data:`STUDIES`):
@@ -54,6 +55,11 @@ Studies (:data:`STUDIES`):
 - ``acer_lr``: ACER's Adam step size at 1e-4 and 5e-4 around the MinAtar default 2.5e-4 (the
   MinAtar DQN's, taken over untested; the grid's ``acer`` rows). The games to screen first are
   the two where the SB3 QR-DQN beats ACER, Asterix and Seaquest.
+- ``a2c_torso``: A2C with one MinAtar torso shared by the policy and value heads, as the A3C
+  paper's network shares all non-output layers (Mnih et al., 2016, arXiv:1602.01783,
+  experimental setup), with linear heads (the paper's) or 2×64 tanh heads (PPO's MinAtar
+  default, SB3's ``net_arch`` after a shared features extractor), against separate torsos
+  (the default; the grid's ``a2c`` rows).
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -186,6 +192,15 @@ STUDIES: dict[str, dict] = {
             # The default (the MinAtar DQN's step size) is the grid's acer row (same command).
             "lr 1e-4": ["--lr", "1e-4"],
             "lr 5e-4": ["--lr", "5e-4"],
+        },
+    },
+    "a2c_torso": {
+        "algo": "a2c",
+        "baseline": "separate torsos (default)",
+        "variants": {
+            # The default is the grid's a2c row (same command).
+            "shared torso, linear heads": ["--share-torso"],
+            "shared torso, 2×64 heads": ["--share-torso", "--head-sizes", "64,64"],
         },
     },
 }
