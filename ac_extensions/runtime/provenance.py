@@ -20,6 +20,11 @@ PACKAGES = ("ac-extensions", "torch", "torchrl", "tensordict", "gymnasium", "num
 """The distributions whose versions a run records (others can be added by the caller)."""
 
 
+RESULTS_PATH = "benchmarks/results"
+"""Where the benchmarks write their tables and runs: data, not code, so edits there leave a
+checkout clean for :func:`code_version`."""
+
+
 def _git(root: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(
@@ -33,14 +38,17 @@ def _git(root: Path, *args: str) -> str | None:
 def code_version(root: Path | None = None) -> dict[str, Any]:
     """``{"commit": sha or None, "dirty": bool or None}`` of the checkout holding the package.
 
-    ``dirty``: uncommitted changes to tracked files (untracked files do not count). Both are None
-    when the package is not inside a git checkout (an installed wheel).
+    ``dirty``: uncommitted changes to tracked files outside :data:`RESULTS_PATH` (untracked files
+    do not count, nor the committed results pages a benchmark rewrites as its runs finish). Both
+    are None when the package is not inside a git checkout (an installed wheel).
     """
     root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
     commit = _git(root, "rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None}
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    status = _git(
+        root, "status", "--porcelain", "--untracked-files=no", "--", ".", f":!{RESULTS_PATH}"
+    )
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 

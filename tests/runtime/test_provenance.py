@@ -23,8 +23,28 @@ def test_code_version_is_the_checkouts_head_and_its_dirty_flag():
         pytest.skip("not a git checkout")
     record = code_version()
     assert record["commit"] == git("rev-parse", "HEAD").strip()
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no").strip())
+    status = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    dirty = any(not line[3:].startswith("benchmarks/results/") for line in status)
     assert record["dirty"] is dirty
+
+
+def test_dirty_means_code_changed_not_the_results_pages(tmp_path):
+    def run(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
+    (tmp_path / "benchmarks" / "results" / "table.md").write_text("| a |\n")
+    run("init", "-q")
+    run("add", ".")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    assert code_version(tmp_path)["dirty"] is False
+    (tmp_path / "benchmarks" / "results" / "table.md").write_text("| b |\n")
+    (tmp_path / "new_untracked.py").write_text("")
+    assert code_version(tmp_path)["dirty"] is False
+    (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
+    assert code_version(tmp_path)["dirty"] is True
 
 
 def test_outside_a_checkout_the_commit_is_unknown(tmp_path):
