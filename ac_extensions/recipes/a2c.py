@@ -78,8 +78,9 @@ class A2CConfig(OnPolicyConfig):
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): A3C/A2C's Atari settings, t_max
     = 5 steps per update and entropy β = 0.01 (Mnih et al., 2016, arXiv:1602.01783,
     experimental setup; also SB3's and rl-baselines3-zoo's Atari A2C), RMSprop 7e-4 as the class
-    default, two workers (CartPole's default is one). On MinAtar above SB3 zoo's Atari A2C on
-    all five games (``benchmarks/results/minatar.md``); Atari: not measured.
+    default, two workers (CartPole's default is one). On MinAtar above SB3 zoo's Atari A2C over
+    the five games, and on four of them taken alone (level on Breakout;
+    ``benchmarks/results/minatar.md``); Atari: not measured.
 
     MuJoCo: SB3's A2C defaults (the class defaults: 5 steps per env, RMSprop 7e-4, γ 0.99, no
     entropy bonus, separate 2×64 tanh MLPs, a diagonal Gaussian with a state-independent
