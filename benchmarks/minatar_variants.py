@@ -67,7 +67,9 @@ and logs; a run complete at ``--frames`` or more is skipped, an unfinished one r
 checkpoint (``ac-train --resume``); ``--jobs`` runs at a time. The summary,
 ``<results>/minatar_variants.md`` and ``.json``, has one table per study: per variant and game
 the mean return of the last 100 episodes at a quarter, half and all of the run's frames
-(median over seeds), and fps (whole run, median).
+(median over seeds), and fps (whole run, median); under a study with a baseline, each
+variant's probability of improvement over it (:func:`against_baseline`), the verdict rule of
+the grids' pages.
 """
 
 from __future__ import annotations
@@ -373,6 +375,51 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def against_baseline(study: str, variants: dict) -> list[dict]:
+    """Each variant's P(variant > baseline) of a study with a baseline, with its verdict.
+
+    Per game on that game's complete runs (the two sides resampled independently), and over
+    the games both sides ran when each side has the same seeds on every one of them
+    (``_intervals.probability_of_improvement``: rliable's probability of improvement with a
+    95% stratified bootstrap interval; "above" or "below" where it excludes 0.5). One run a
+    side has no spread to resample: no interval, no verdict.
+    """
+    import _intervals as intervals
+    import numpy as np
+
+    baseline = STUDIES[study].get("baseline")
+    if baseline not in variants:
+        return []
+    rows = []
+    for variant, games in variants.items():
+        if variant == baseline:
+            continue
+        common = [g for g in games if variants[baseline].get(g)]
+        finals = {
+            side: {
+                g: {r["seed"]: r["final_mean_return"] for r in variants[side][g]} for g in common
+            }
+            for side in (variant, baseline)
+        }
+        per_game = {}
+        for game in common:
+            x, y = (np.array(list(finals[side][game].values()))[:, None] for side in finals)
+            point, low, high = intervals.probability_of_improvement(x, y)
+            runs = min(len(x), len(y))
+            per_game[game] = (point, low, high, intervals.verdict(low, high), runs)
+        overall = None
+        seed_sets = {side: {frozenset(f[g]) for g in common} for side, f in finals.items()}
+        if len(common) > 1 and all(len(sets) == 1 for sets in seed_sets.values()):
+            x, y = (
+                np.array([[f[g][seed] for g in common] for seed in sorted(f[common[0]])])
+                for f in finals.values()
+            )
+            point, low, high = intervals.probability_of_improvement(x, y)
+            overall = (point, low, high, intervals.verdict(low, high), min(len(x), len(y)))
+        rows.append({"variant": variant, "games": common, "overall": overall, "per_game": per_game})
+    return rows
+
+
 def markdown(found: dict) -> str:
     """The tables of every study with runs."""
     lines = [
@@ -412,7 +459,31 @@ def markdown(found: dict) -> str:
                     f"{', '.join(str(r['seed']) for r in runs)} | {frames:,.0f} | {cells} | "
                     f"{'—' if fps is None else format(fps, ',.0f')} |"
                 )
+        comparisons = against_baseline(study, variants)
+        if comparisons:
+            lines += [
+                "",
+                f"P(variant > {spec['baseline']}) on the final returns [95% CI] and its verdict, "
+                "over the games (where each side has the same seeds on all of them) and per game:",
+                "",
+                "| variant | over the games | " + " | ".join(GAMES) + " |",
+                "|---|---|" + "---|" * len(GAMES),
+            ]
+            for row in comparisons:
+                cells = [_improvement_cell(row["overall"])]
+                cells += [_improvement_cell(row["per_game"].get(game)) for game in GAMES]
+                lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _improvement_cell(value) -> str:
+    """``verdict, P [low, high]``; ``one seed, P`` without a spread; — with nothing to compare."""
+    if value is None:
+        return "—"
+    point, low, high, word, runs = value
+    if runs < 2:
+        return f"one seed, {point:.2f}"
+    return f"{word}, {point:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -232,3 +232,42 @@ def test_a_recorded_baseline_keeps_the_rows_of_the_previous_summary(bench, tmp_p
     # Without a previous summary there is nothing to show for it: the grid's run is not used.
     (tmp_path / "minatar_variants.json").unlink()
     assert list(bench.summarize(tmp_path)["ppo_envs"]) == [variant]
+
+
+@pytest.mark.timeout(120)
+def test_a_study_with_a_baseline_judges_each_variant_by_its_probability_of_improvement(
+    bench, tmp_path
+):
+    rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0)]
+    grid_run = sys.modules["minatar_grid"].Run
+    finals = {  # game -> seed -> (variant's, grid baseline's)
+        "Asterix": {1: (5.0, 1.0), 2: (6.0, 2.0)},  # the variant beats every baseline run
+        "Breakout": {1: (1.0, 3.0), 2: (4.0, 2.0)},  # 2 of 4 pairs go each way
+    }
+    for game, seeds in finals.items():
+        for seed, (mine, theirs) in seeds.items():
+            directory = bench.run_dir(tmp_path, "acer_lr", "lr 5e-4", game, seed)
+            fake_run(directory, "acer", seed, final=mine, curve=rows)
+            fake_run(
+                grid_run(game, "acer", seed).directory(tmp_path),
+                "acer",
+                seed,
+                final=theirs,
+                curve=rows,
+            )
+    # one seed of the other variant, on one game
+    directory = bench.run_dir(tmp_path, "acer_lr", "lr 1e-4", "Asterix", 1)
+    fake_run(directory, "acer", 1, final=0.5, curve=rows)
+    found = bench.summarize(tmp_path)
+    comparisons = {r["variant"]: r for r in bench.against_baseline("acer_lr", found["acer_lr"])}
+    asterix = comparisons["lr 5e-4"]["per_game"]["Asterix"]
+    assert asterix[:4] == (1.0, 1.0, 1.0, "above") and asterix[4] == 2
+    breakout = comparisons["lr 5e-4"]["per_game"]["Breakout"]
+    assert breakout[0] == pytest.approx(0.5) and breakout[3] == "level"  # resamples span 0..1
+    overall = comparisons["lr 5e-4"]["overall"]
+    assert overall[0] == pytest.approx((1.0 + 0.5) / 2)  # the mean over the two games
+    assert overall[1] <= overall[0] <= overall[2]
+    assert comparisons["lr 1e-4"]["overall"] is None  # one game: nothing to aggregate
+    md = bench.markdown(found)
+    assert "| lr 5e-4 | " in md and "| above, 1.00 [1.00, 1.00] | level, 0.50 [0.00, 1.00] |" in md
+    assert "| lr 1e-4 | — | one seed, 0.00 | — |" in md
