@@ -59,7 +59,8 @@ Studies (:data:`STUDIES`):
   paper's network shares all non-output layers (Mnih et al., 2016, arXiv:1602.01783,
   experimental setup), with linear heads (the paper's) or 2×64 tanh heads (PPO's MinAtar
   default, SB3's ``net_arch`` after a shared features extractor), against separate torsos
-  (the default; the grid's ``a2c`` rows).
+  (the default when it ran; the grid's ``a2c`` rows of that time). The 2×64 heads are the
+  MinAtar default since.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -198,9 +199,11 @@ STUDIES: dict[str, dict] = {
     },
     "a2c_torso": {
         "algo": "a2c",
-        "baseline": "separate torsos (default)",
+        "baseline": "separate torsos (the default then)",
+        "baseline_recorded": True,
         "variants": {
-            # The default is the grid's a2c row (same command).
+            # The baseline was the grid's a2c rows of that time; the 2×64 variant is the
+            # MinAtar default since.
             "shared torso, linear heads": ["--share-torso"],
             "shared torso, 2×64 heads": ["--share-torso", "--head-sizes", "64,64"],
         },

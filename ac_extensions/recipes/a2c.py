@@ -51,6 +51,10 @@ ACTION_SPACES = ("discrete", "box")
 """Discrete actions (categorical policy) and 1-D Box actions (diagonal Gaussian)."""
 
 
+_A3C_ATARI: dict[str, Any] = {"workers": 2, "rollout_length": 5, "entropy_coeff": 0.01}
+"""A3C's Atari settings both pixel families share (see ``A2CConfig.FAMILY_DEFAULTS``)."""
+
+
 @dataclass(frozen=True)
 class A2CConfig(OnPolicyConfig):
     """Hyper-parameters of A2C; defaults: rl-baselines3-zoo's CartPole-v1 A2C.
@@ -62,10 +66,8 @@ class A2CConfig(OnPolicyConfig):
     """
 
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        **{
-            family: {"workers": 2, "rollout_length": 5, "entropy_coeff": 0.01}
-            for family in ("minatar", "atari")
-        },
+        "minatar": _A3C_ATARI | {"share_torso": True, "head_sizes": (64, 64)},
+        "atari": _A3C_ATARI,
         "mujoco": {
             "workers": 1,
             "envs_per_worker": 8,
@@ -78,9 +80,13 @@ class A2CConfig(OnPolicyConfig):
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`): A3C/A2C's Atari settings, t_max
     = 5 steps per update and entropy β = 0.01 (Mnih et al., 2016, arXiv:1602.01783,
     experimental setup; also SB3's and rl-baselines3-zoo's Atari A2C), RMSprop 7e-4 as the class
-    default, two workers (CartPole's default is one). On MinAtar above SB3 zoo's Atari A2C over
-    the five games, and on four of them taken alone (level on Breakout;
-    ``benchmarks/results/minatar.md``); Atari: not measured.
+    default, two workers (CartPole's default is one); Atari: separate torsos, not measured.
+
+    MinAtar: the same, with one MinAtar torso shared by the policy and value heads (the A3C
+    paper's network shares all non-output layers) and a 2×64 tanh MLP per head (PPO's MinAtar
+    heads): above separate torsos over the five games at 1M frames (P 0.67 [0.56, 0.82], seeds
+    1–3; ``benchmarks/results/minatar_variants.md``, study ``a2c_torso``), where the paper's
+    linear heads were mixed on one seed.
 
     MuJoCo: SB3's A2C defaults (the class defaults: 5 steps per env, RMSprop 7e-4, γ 0.99, no
     entropy bonus, separate 2×64 tanh MLPs, a diagonal Gaussian with a state-independent
