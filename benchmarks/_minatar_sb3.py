@@ -83,6 +83,10 @@ def _extractor_class():
     return MinAtarExtractor
 
 
+N_ENVS = {"sb3_ppo": 8, "sb3_ppo_const": 8, "sb3_a2c": 16}
+"""Parallel envs of the on-policy baselines (the zoo's Atari ``n_envs``); the DQNs step one."""
+
+
 def sb3_settings(algo: str, frames: int) -> dict[str, Any]:
     """The constructor keywords of an SB3 baseline (see the module docstring for their sources)."""
     import torch
@@ -178,7 +182,7 @@ def train_sb3(algo: str, game: str, seed: int, frames: int, out: Path) -> dict |
     torch.set_num_threads(1)
     env_id = f"MinAtar/{game}-v1"
     settings = sb3_settings(algo, frames)
-    n_envs = {"sb3_ppo": 8, "sb3_ppo_const": 8, "sb3_a2c": 16}.get(algo, 1)
+    n_envs = N_ENVS.get(algo, 1)
     config = {"env_id": env_id, "frames": frames, "seed": seed, "n_envs": n_envs}
     log = SB3Log(out, algo, env_id, seed, frames, config | jsonable(settings))
     checkpoint = SB3Checkpoint(out)

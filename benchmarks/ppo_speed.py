@@ -54,7 +54,6 @@ def ours(env_id: str, frames: int) -> dict:
 def sb3(env_id: str, frames: int) -> dict:
     """SB3 PPO at our defaults' settings for ``env_id``; frames and seconds."""
     import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -82,16 +81,13 @@ def sb3(env_id: str, frames: int) -> dict:
             gamma=config.gamma,
             gae_lambda=config.lmbda,
         )
-    model = PPO("MlpPolicy", env, seed=1, device="cpu", verbose=0, **settings)
-    model.learn(frames)
-    return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
+    return _learn(env, settings, frames, start)
 
 
 def zoo(env_id: str, frames: int) -> dict:
     """SB3 PPO with rl-baselines3-zoo's tuned settings for ``env_id``; frames and seconds."""
     import gymnasium as gym
     import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -100,9 +96,9 @@ def zoo(env_id: str, frames: int) -> dict:
     torch.set_num_threads(1)
     start = time.perf_counter()
     if env_family(env_id) == "minatar":
-        from _minatar_sb3 import sb3_settings
+        from _minatar_sb3 import N_ENVS, sb3_settings
 
-        env = make_vec_env(lambda: make_gym_env(env_id), n_envs=8, seed=1)
+        env = make_vec_env(lambda: make_gym_env(env_id), n_envs=N_ENVS["sb3_ppo"], seed=1)
         settings = sb3_settings("sb3_ppo", frames)
     else:
         from mujoco_grid import sb3_settings
@@ -110,6 +106,13 @@ def zoo(env_id: str, frames: int) -> dict:
         settings = sb3_settings(env_id.split("-")[0])
         env = make_vec_env(lambda: gym.make(env_id), n_envs=1, seed=1)
         env = VecNormalize(env, gamma=settings.get("gamma", 0.99))
+    return _learn(env, settings, frames, start)
+
+
+def _learn(env, settings: dict, frames: int, start: float) -> dict:
+    """SB3 PPO with ``settings`` trained ``frames`` on ``env``; frames, seconds since ``start``."""
+    from stable_baselines3 import PPO
+
     model = PPO("MlpPolicy", env, seed=1, device="cpu", verbose=0, **settings)
     model.learn(frames)
     return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
