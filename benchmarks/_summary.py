@@ -7,12 +7,15 @@ Stable-Baselines3 runs' :class:`~_sb3.SB3Log` writes too), so one reader serves 
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import _intervals as intervals
+from _results import write_markdown
 from _sb3 import CURVE, CURVE_SIZE, SECONDS, WINDOW
 from _scheduler import read_summary
 
@@ -194,3 +197,49 @@ def plot_curves(
     figure.savefig(out, dpi=100)
     plt.close(figure)
     return out
+
+
+def write_grid_results(
+    summary: dict[str, Any],
+    args,
+    *,
+    name: str,
+    envs: str,
+    ours: Sequence[str],
+    peers: Sequence[str],
+    markdown: Callable[[dict[str, Any], Any, dict[str, Any]], str],
+    plot: Callable[[dict[str, Any], Path], Path | None],
+    extra: dict[str, Any],
+    title: str,
+) -> Path:
+    """A grid's ``<name>.md``, ``.json``, ``.png`` and ``_intervals.png`` under ``args.results``.
+
+    Args:
+        summary: the grid's summary.
+        args: its parsed options (``results``, ``algos``, ``seeds``, ``frames`` and ``envs``).
+        name: the files' stem (``minatar``, ``mujoco``).
+        envs: the option naming the environments (``games``, ``tasks``).
+        ours: our algorithms (the first side of the interval comparisons).
+        peers: the other libraries' algorithms (the second side).
+        markdown: the page, from the summary, the options and the interval estimates.
+        plot: writes the learning curves' PNG.
+        extra: more top-level JSON fields (the published sources).
+        title: the interval figure's title.
+
+    Returns:
+        The markdown page's path.
+    """
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    md = results / f"{name}.md"
+    estimates = intervals.estimates(
+        summary, [a for a in ours if a in args.algos], [a for a in peers if a in args.algos]
+    )
+    write_markdown(md, markdown(summary, args, estimates))
+    grid = {k: getattr(args, k) for k in (envs, "algos", "seeds", "frames")}
+    data = {"grid": grid} | extra | strip_curves(summary)
+    data["intervals"] = {k: v for k, v in estimates.items() if k != "profiles"}  # plotted
+    md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    plot(summary, results / f"{name}.png")
+    intervals.plot(estimates, results / f"{name}_intervals.png", title)
+    return md

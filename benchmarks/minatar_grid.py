@@ -62,7 +62,6 @@ per game, the median curve of every algorithm with the seed range as a band.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from dataclasses import dataclass
@@ -81,7 +80,6 @@ from _grid_cli import (  # noqa: F401 (re-exported: the grid scripts read them h
     widen_to_grid,
 )
 from _minatar_sb3 import sb3_settings, train_sb3  # noqa: F401 (re-exported)
-from _results import write_markdown
 from _sb3 import (  # noqa: F401 (re-exported: the grid scripts read them here)
     CHECKPOINT_MINUTES,
     CURVE,
@@ -124,6 +122,7 @@ from _summary import (  # noqa: F401 (re-exported: the grid scripts read them he
     read_scalar,
     strip_curves,
     time_to,
+    write_grid_results,
 )
 
 # Not named minatar.py: a file of that name in this folder (sys.path[0] of every script here)
@@ -488,19 +487,18 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
 
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     """``minatar.md``, ``minatar.json``, ``minatar.png`` and ``minatar_intervals.png``."""
-    results = Path(args.results)
-    results.mkdir(parents=True, exist_ok=True)
-    md = results / "minatar.md"
-    ours = [a for a in OURS if a in args.algos]
-    estimates = intervals.estimates(summary, ours, [a for a in SB3_ALGOS if a in args.algos])
-    write_markdown(md, markdown(summary, args, estimates))
-    grid = {k: getattr(args, k) for k in ("games", "algos", "seeds", "frames")}
-    data = {"grid": grid, "published_source": PUBLISHED_SOURCE} | strip_curves(summary)
-    data["intervals"] = {k: v for k, v in estimates.items() if k != "profiles"}  # plotted
-    md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
-    plot(summary, results / "minatar.png")
-    intervals.plot(estimates, results / "minatar_intervals.png", "MinAtar, 1M frames")
-    return md
+    return write_grid_results(
+        summary,
+        args,
+        name="minatar",
+        envs="games",
+        ours=OURS,
+        peers=SB3_ALGOS,
+        markdown=markdown,
+        plot=plot,
+        extra={"published_source": PUBLISHED_SOURCE},
+        title="MinAtar, 1M frames",
+    )
 
 
 # ---------------------------------------------------------------------------------------------

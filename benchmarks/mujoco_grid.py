@@ -57,7 +57,6 @@ Training fps against collection alone: ``benchmarks/mujoco_speed.py``.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from dataclasses import dataclass
@@ -69,10 +68,16 @@ sys.path.insert(0, str(HERE))
 import _intervals as intervals  # noqa: E402
 import _scheduler as scheduler  # noqa: E402
 from _grid_cli import add_grid_arguments, prepare, report, require, widen_to_grid  # noqa: E402
-from _results import write_markdown  # noqa: E402
 from _sb3 import CHECKPOINT_MINUTES, WINDOW, SB3Checkpoint, SB3Log, jsonable, learn_sb3  # noqa: E402
 from _scheduler import ac_train, complete_at, has_checkpoint, read_summary  # noqa: E402
-from _summary import algo_stats, fmt, median, plot_curves, read_run, strip_curves  # noqa: E402
+from _summary import (  # noqa: E402
+    algo_stats,
+    fmt,
+    median,
+    plot_curves,
+    read_run,
+    write_grid_results,
+)
 
 RESULTS = HERE / "results"
 TASKS = ("HalfCheetah", "Hopper", "Walker2d")
@@ -417,19 +422,18 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
 
 def write_results(summary: dict[str, Any], args: argparse.Namespace) -> Path:
     """``mujoco.md``, ``mujoco.json``, ``mujoco.png`` and ``mujoco_intervals.png``."""
-    results = Path(args.results)
-    results.mkdir(parents=True, exist_ok=True)
-    md = results / "mujoco.md"
-    ours = [a for a in OURS if a in args.algos]
-    estimates = intervals.estimates(summary, ours, [a for a in SB3_ALGOS if a in args.algos])
-    write_markdown(md, markdown(summary, args, estimates))
-    setup = {k: getattr(args, k) for k in ("tasks", "algos", "seeds", "frames")}
-    data = {"grid": setup, "published_sources": PUBLISHED_SOURCES} | strip_curves(summary)
-    data["intervals"] = {k: v for k, v in estimates.items() if k != "profiles"}  # plotted
-    md.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
-    plot(summary, results / "mujoco.png")
-    intervals.plot(estimates, results / "mujoco_intervals.png", "MuJoCo, 1M steps")
-    return md
+    return write_grid_results(
+        summary,
+        args,
+        name="mujoco",
+        envs="tasks",
+        ours=OURS,
+        peers=SB3_ALGOS,
+        markdown=markdown,
+        plot=plot,
+        extra={"published_sources": PUBLISHED_SOURCES},
+        title="MuJoCo, 1M steps",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
