@@ -24,6 +24,8 @@ Ours run through the CLI exactly as users run it, each in its own process:
   env (:func:`~ac_extensions.runtime.envs.prepare_mujoco`).
 - ``acer_paper``: the same with ``ACERConfig.PAPER_CONTINUOUS`` on top (fixed σ = 0.3, c = 5,
   α = 0.995, k = 50, n = 5; Wang et al., 2017, arXiv:1611.01224v2, §6).
+- ``ppo_sigma1``: ``ac-train ppo`` with the PPO paper's initial σ = 1 (``--init-scale 1``)
+  instead of the MuJoCo default's 0.5; the grid's PPO rows before that default.
 - ``ppo``, ``a2c``: ``ac-train ppo|a2c`` with the recipes' MuJoCo defaults (a Gaussian policy
   with a state-independent σ, observation and reward normalisation; PPO the PPO paper's
   settings, A2C SB3's defaults: :class:`~ac_extensions.recipes.ppo.PPOConfig`,
@@ -59,6 +61,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +84,7 @@ from _summary import (  # noqa: E402
 
 RESULTS = HERE / "results"
 TASKS = ("HalfCheetah", "Hopper", "Walker2d")
-OURS = ("acer", "acer_paper", "ppo", "a2c")
+OURS = ("acer", "acer_paper", "ppo", "ppo_sigma1", "a2c")
 SB3_ALGOS = ("sb3_ppo", "sb3_a2c")
 ALGOS = OURS + SB3_ALGOS
 DEFAULT_ALGOS = ("acer", "ppo", "a2c", "sb3_ppo", "sb3_a2c")
@@ -201,6 +204,13 @@ def paper_flags() -> list[str]:
     return flags
 
 
+VARIANTS: dict[str, tuple[str, Callable[[], list[str]]]] = {
+    "acer_paper": ("acer", paper_flags),
+    "ppo_sigma1": ("ppo", lambda: ["--init-scale", "1"]),
+}
+"""Our named variants: ``algo → (recipe, its extra ac-train flags)``, on top of the defaults."""
+
+
 def action(run: Run, results: Path, frames: int) -> str:
     """``"done"``, ``"resume"`` (ours, with a checkpoint) or ``"fresh"``."""
     directory = run.directory(results)
@@ -218,7 +228,7 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
         child = ["--child", run.algo, run.task, str(run.seed), str(frames), str(directory)]
         return [sys.executable, str(Path(__file__).resolve()), *child]
     every = ["--checkpoint-minutes", f"{CHECKPOINT_MINUTES:g}"]
-    recipe = "acer" if run.algo == "acer_paper" else run.algo
+    recipe, flags = VARIANTS.get(run.algo, (run.algo, list))
     if how == "resume":
         return [
             *ac_train(),
@@ -226,7 +236,7 @@ def command(run: Run, results: Path, frames: int, how: str) -> list[str]:
             *("--resume", str(directory), "--frames", str(frames)),
             *every,
         ]
-    extra = paper_flags() if run.algo == "acer_paper" else []
+    extra = flags()
     return [
         *ac_train(),
         recipe,

@@ -38,6 +38,21 @@ def test_the_papers_flags_parse_back_into_the_papers_settings(bench, tmp_path):
     assert sb3[2:7] == ["--child", "sb3_ppo", "Walker2d", "1", "5000"]
 
 
+def test_ppo_sigma1_is_ppo_with_the_papers_initial_sigma(bench, tmp_path):
+    from ac_extensions.cli import train
+
+    def config(algo):
+        cmd = bench.command(bench.Run("Walker2d", algo, 3), tmp_path, 5000, "fresh")
+        recipe = cmd.index("ppo")
+        return train.parse(cmd[recipe:])[1]
+
+    default, paper = config("ppo"), config("ppo_sigma1")
+    assert (default.init_scale, paper.init_scale) == (0.5, 1.0)
+    assert (paper.env_id, paper.seed, paper.frames) == ("Walker2d-v5", 3, 5000)
+    same = {f: getattr(default, f) for f in vars(default) if f not in ("init_scale", "out")}
+    assert same == {f: getattr(paper, f) for f in same}  # only σ's start differs
+
+
 def test_complete_runs_are_skipped_and_unfinished_ones_of_ours_resume(bench, tmp_path):
     run = bench.Run("HalfCheetah", "acer", 1)
     assert bench.action(run, tmp_path, 1000) == "fresh"

@@ -164,7 +164,7 @@ def shown(value) -> str:
     return str(value)
 
 
-FAMILIES = {"minatar": "MinAtar", "atari": "Atari"}
+FAMILIES = {"minatar": "MinAtar", "atari": "Atari", "mujoco": "MuJoCo"}
 """Env families whose defaults differ from a config's own (``FAMILY_DEFAULTS``), as named in
 the flags' help."""
 

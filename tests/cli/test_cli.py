@@ -393,7 +393,9 @@ def test_none_is_typed_and_shown_as_none(tmp_path, capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     assert "--start-method {fork,spawn,forkserver,none}" in text
     assert "--recurrent {lstm,gru,none}" in text
-    assert "(default: 0.98; MinAtar, Atari: 0.99)" in text  # --gamma
+    assert "(default: 0.98; MinAtar, Atari, MuJoCo: 0.99)" in text  # --gamma
+    assert "(default: 1.0; MuJoCo: 0.5)" in text  # --init-scale
+    assert "(default: off; MuJoCo: on)" in text  # --normalize-observations
     assert train.main(["ppo", "--start-method", "thread", *out]) == 2
     assert "(choose from 'fork', 'spawn', 'forkserver', 'none')" in capsys.readouterr().err
 
