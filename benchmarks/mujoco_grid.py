@@ -4,7 +4,7 @@ Grid: tasks HalfCheetah-v5, Hopper-v5, Walker2d-v5 (gymnasium's MuJoCo tasks, th
 extra) × algorithms × seeds, every run to the same number of environment steps (default
 1,000,000).
 
-    make bench-mujoco                                   # the grid: 3 tasks × 5 algos × 3 seeds
+    make bench-mujoco                                   # the grid: 3 tasks × 6 algos × 3 seeds
     python benchmarks/mujoco_grid.py --tasks HalfCheetah --algos acer --seeds 1 --frames 100000
     python benchmarks/mujoco_grid.py --algos acer acer_paper sb3_ppo   # + the paper's settings
     python benchmarks/mujoco_grid.py --summary-only     # rewrite the table and plot from the runs
@@ -87,7 +87,7 @@ TASKS = ("HalfCheetah", "Hopper", "Walker2d")
 OURS = ("acer", "acer_paper", "ppo", "ppo_sigma1", "a2c")
 SB3_ALGOS = ("sb3_ppo", "sb3_a2c")
 ALGOS = OURS + SB3_ALGOS
-DEFAULT_ALGOS = ("acer", "ppo", "a2c", "sb3_ppo", "sb3_a2c")
+DEFAULT_ALGOS = ("acer", "ppo", "ppo_sigma1", "a2c", "sb3_ppo", "sb3_a2c")
 
 _POLICY_256 = {"log_std_init": -2, "ortho_init": False, "activation_fn": "ReLU", "net_arch": 256}
 ZOO_PPO: dict[str, dict[str, Any]] = {
