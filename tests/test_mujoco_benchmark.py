@@ -162,7 +162,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     assert bench.main([*part, "--tasks", "Hopper", "--algos", "acer_paper", "--seeds", "1"]) == 0
     assert started == [bench.Run("Hopper", "acer_paper", 1)]
     text = (tmp_path / "mujoco.md").read_text()
-    assert "**Runs present: 1 of 54 planned (1 complete)" in text  # 3 tasks x 6 algos x 3 seeds
+    assert "**Runs present: 1 of 63 planned (1 complete)" in text  # 3 tasks x 7 algos x 3 seeds
     assert "| sb3_ppo | 1/3 | 4 |" in text  # HalfCheetah's run, outside the selection
 
 
