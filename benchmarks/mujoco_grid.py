@@ -26,6 +26,8 @@ Ours run through the CLI exactly as users run it, each in its own process:
   α = 0.995, k = 50, n = 5; Wang et al., 2017, arXiv:1611.01224v2, §6).
 - ``ppo_sigma1``: ``ac-train ppo`` with the PPO paper's initial σ = 1 (``--init-scale 1``)
   instead of the MuJoCo default's 0.5; the grid's PPO rows before that default.
+- ``a2c_sigma05``: ``ac-train a2c`` with the Gaussian started at σ = 0.5 (``--init-scale 0.5``)
+  instead of SB3's 1, the setting that PPO's MuJoCo default took.
 - ``ppo``, ``a2c``: ``ac-train ppo|a2c`` with the recipes' MuJoCo defaults (a Gaussian policy
   with a state-independent σ, observation and reward normalisation; PPO the PPO paper's
   settings, A2C SB3's defaults: :class:`~ac_extensions.recipes.ppo.PPOConfig`,
@@ -84,7 +86,7 @@ from _summary import (  # noqa: E402
 
 RESULTS = HERE / "results"
 TASKS = ("HalfCheetah", "Hopper", "Walker2d")
-OURS = ("acer", "acer_paper", "ppo", "ppo_sigma1", "a2c")
+OURS = ("acer", "acer_paper", "ppo", "ppo_sigma1", "a2c", "a2c_sigma05")
 SB3_ALGOS = ("sb3_ppo", "sb3_a2c")
 ALGOS = OURS + SB3_ALGOS
 DEFAULT_ALGOS = ("acer", "ppo", "ppo_sigma1", "a2c", "sb3_ppo", "sb3_a2c")
@@ -207,6 +209,7 @@ def paper_flags() -> list[str]:
 VARIANTS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "acer_paper": ("acer", paper_flags),
     "ppo_sigma1": ("ppo", lambda: ["--init-scale", "1"]),
+    "a2c_sigma05": ("a2c", lambda: ["--init-scale", "0.5"]),
 }
 """Our named variants: ``algo → (recipe, its extra ac-train flags)``, on top of the defaults."""
 

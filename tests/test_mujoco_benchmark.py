@@ -38,12 +38,12 @@ def test_the_papers_flags_parse_back_into_the_papers_settings(bench, tmp_path):
     assert sb3[2:7] == ["--child", "sb3_ppo", "Walker2d", "1", "5000"]
 
 
-def test_ppo_sigma1_is_ppo_with_the_papers_initial_sigma(bench, tmp_path):
+def test_the_sigma_variants_change_only_the_initial_sigma(bench, tmp_path):
     from ac_extensions.cli import train
 
     def config(algo):
         cmd = bench.command(bench.Run("Walker2d", algo, 3), tmp_path, 5000, "fresh")
-        recipe = cmd.index("ppo")
+        recipe = cmd.index(algo.split("_")[0])
         return train.parse(cmd[recipe:])[1]
 
     default, paper = config("ppo"), config("ppo_sigma1")
@@ -51,6 +51,10 @@ def test_ppo_sigma1_is_ppo_with_the_papers_initial_sigma(bench, tmp_path):
     assert (paper.env_id, paper.seed, paper.frames) == ("Walker2d-v5", 3, 5000)
     same = {f: getattr(default, f) for f in vars(default) if f not in ("init_scale", "out")}
     assert same == {f: getattr(paper, f) for f in same}  # only σ's start differs
+    a2c, a2c_half = config("a2c"), config("a2c_sigma05")
+    assert (a2c.init_scale, a2c_half.init_scale) == (1.0, 0.5)
+    same = {f: getattr(a2c, f) for f in vars(a2c) if f not in ("init_scale", "out")}
+    assert same == {f: getattr(a2c_half, f) for f in same}
 
 
 def test_complete_runs_are_skipped_and_unfinished_ones_of_ours_resume(bench, tmp_path):
