@@ -131,9 +131,9 @@ class PPOConfig(OnPolicyConfig):
     one worker process (the paper's one env × 2048 costs TorchRL's per-step overhead 8 times
     as often). One departure: the Gaussian starts at σ = 0.5, not the paper's 1 (a smaller
     initial σ is what Andrychowicz et al., 2021, arXiv:2006.05990, §3.2, recommend tuning
-    down); it learned more on HalfCheetah, Hopper and Walker2d at 1M steps
-    (``benchmarks/results/mujoco.md``, the ``ppo_sigma1`` rows), and ``init_scale=1.0``
-    restores the paper's."""
+    down); it learned more than σ = 1 at 1M steps, above it on HalfCheetah and Walker2d and
+    level on Hopper (``benchmarks/results/mujoco.md``, the ``ppo_sigma1`` rows), and
+    ``init_scale=1.0`` restores the paper's."""
 
     epochs: int = 20
     """Passes over each batch."""
