@@ -24,14 +24,15 @@ Ours run through the CLI exactly as users run it, each in its own process:
   env (:func:`~ac_extensions.runtime.envs.prepare_mujoco`).
 - ``acer_paper``: the same with ``ACERConfig.PAPER_CONTINUOUS`` on top (fixed σ = 0.3, c = 5,
   α = 0.995, k = 50, n = 5; Wang et al., 2017, arXiv:1611.01224v2, §6).
+- ``ppo``, ``a2c``: ``ac-train ppo|a2c`` with the recipes' MuJoCo defaults (a Gaussian policy
+  with a state-independent σ, observation and reward normalisation; PPO the PPO paper's
+  settings with σ starting at 0.5, A2C SB3's defaults:
+  :class:`~ac_extensions.recipes.ppo.PPOConfig`, :class:`~ac_extensions.recipes.a2c.A2CConfig`).
 - ``ppo_sigma1``: ``ac-train ppo`` with the PPO paper's initial σ = 1 (``--init-scale 1``)
   instead of the MuJoCo default's 0.5; the grid's PPO rows before that default.
 - ``a2c_sigma05``: ``ac-train a2c`` with the Gaussian started at σ = 0.5 (``--init-scale 0.5``)
-  instead of SB3's 1, the setting that PPO's MuJoCo default took.
-- ``ppo``, ``a2c``: ``ac-train ppo|a2c`` with the recipes' MuJoCo defaults (a Gaussian policy
-  with a state-independent σ, observation and reward normalisation; PPO the PPO paper's
-  settings, A2C SB3's defaults: :class:`~ac_extensions.recipes.ppo.PPOConfig`,
-  :class:`~ac_extensions.recipes.a2c.A2CConfig`).
+  instead of SB3's 1, the setting that PPO's MuJoCo default took; screened (no gain), outside
+  the default grid.
 
 The Stable-Baselines3 baseline ``sb3_a2c`` is SB3 A2C with its defaults, as rl-baselines3-zoo's
 ``hyperparams/a2c.yml`` runs it on the MuJoCo ``-v4`` tasks (``normalize: true``, one env). The
