@@ -43,18 +43,18 @@ def test_the_sigma_variants_change_only_the_initial_sigma(bench, tmp_path):
 
     def config(algo):
         cmd = bench.command(bench.Run("Walker2d", algo, 3), tmp_path, 5000, "fresh")
-        recipe = cmd.index(algo.split("_")[0])
-        return train.parse(cmd[recipe:])[1]
+        recipe = bench.VARIANTS.get(algo, (algo,))[0]
+        return train.parse(cmd[cmd.index(recipe) :])[1]
 
-    default, paper = config("ppo"), config("ppo_sigma1")
-    assert (default.init_scale, paper.init_scale) == (0.5, 1.0)
-    assert (paper.env_id, paper.seed, paper.frames) == ("Walker2d-v5", 3, 5000)
-    same = {f: getattr(default, f) for f in vars(default) if f not in ("init_scale", "out")}
-    assert same == {f: getattr(paper, f) for f in same}  # only σ's start differs
-    a2c, a2c_half = config("a2c"), config("a2c_sigma05")
-    assert (a2c.init_scale, a2c_half.init_scale) == (1.0, 0.5)
-    same = {f: getattr(a2c, f) for f in vars(a2c) if f not in ("init_scale", "out")}
-    assert same == {f: getattr(a2c_half, f) for f in same}
+    for default, variant, sigmas in (
+        ("ppo", "ppo_sigma1", (0.5, 1.0)),
+        ("a2c", "a2c_sigma05", (1.0, 0.5)),
+    ):
+        base, other = config(default), config(variant)
+        assert (base.init_scale, other.init_scale) == sigmas
+        assert (other.env_id, other.seed, other.frames) == ("Walker2d-v5", 3, 5000)
+        same = {f: getattr(base, f) for f in vars(base) if f not in ("init_scale", "out")}
+        assert same == {f: getattr(other, f) for f in same}  # only σ's start differs
 
 
 def test_complete_runs_are_skipped_and_unfinished_ones_of_ours_resume(bench, tmp_path):
