@@ -4,7 +4,8 @@ Advantage actor-critic, synchronous (Mnih et al., 2016, arXiv:1602.01783, Algori
 W·E parallel actors). One iteration of :func:`train`:
 
 1. **Collect**: ``MultiSyncCollector`` workers each step E environments for T steps → a batch
-   ``[W·E, T]`` (``async_collection``: one worker's ``[E, T]`` while the others go on).
+   ``[W·E, T]`` (``async_collection``: one worker's ``[E, T]`` while the others go on;
+   ``overlap_collection``: the next batch collected beside this update, one update behind).
 2. **Targets**: n-step returns as GAE with λ = 1 (configurable) from the pre-update critic,
    V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap.
 3. **Loss and step**: one call of the exported :class:`~ac_extensions.objectives.SequenceA2CLoss`

@@ -5,7 +5,8 @@ iteration of :func:`train`:
 
 1. **Collect**: ``MultiSyncCollector`` workers each step E environments for T steps → a batch
    ``[W·E, T]``, every row one contiguous stream of one environment, with log µ(a_t|x_t)
-   stored at collection (``async_collection``: one worker's ``[E, T]`` while the others go on).
+   stored at collection (``async_collection``: one worker's ``[E, T]`` while the others go on;
+   ``overlap_collection``: the next batch collected beside this update, one update behind).
 2. **Targets**: GAE once per batch with the pre-update critic (Schulman et al., 2016,
    arXiv:1506.02438), V(x_{t+1}) read from ``("next", ...)`` so truncations bootstrap.
 3. **Losses and steps**: ``epochs`` passes over shuffled minibatches (of steps, or of whole

@@ -12,7 +12,8 @@ One file per job; runtime imports only :mod:`ac_extensions.modules` of the packa
   :class:`~ac_extensions.runtime.vector_env.VectorGymEnv`.
 * :mod:`~ac_extensions.runtime.collection`: start, supervise and stop TorchRL's collectors
   (:func:`start_collector`, :class:`WorkerError`, :func:`shutdown_collector`); workers exit
-  when the learner dies.
+  when the learner dies. :class:`OverlappedCollector` collects beside the learner's update,
+  reproducibly.
 * :mod:`~ac_extensions.runtime.ray_backend`: the same collection on Ray (``backend="ray"``).
 * :mod:`~ac_extensions.runtime.replay`: the recipe's replay buffer, local or in a Ray actor
   (:func:`make_replay_buffer`); MinAtar's 0/1 observations stored as ``uint8``
@@ -50,6 +51,7 @@ from ac_extensions.runtime.checkpoint import (
 )
 from ac_extensions.runtime.collection import (
     WORKER_TRACEBACKS_VARIABLE,
+    OverlappedCollector,
     SupervisedAsyncCollector,
     SupervisedCollector,
     WorkerError,
@@ -93,6 +95,7 @@ __all__ = [
     "FlatParameters",
     "NonFiniteError",
     "NonFiniteGuard",
+    "OverlappedCollector",
     "Progress",
     "ReplayFeed",
     "Run",

@@ -4,6 +4,8 @@
 with supervised workers (:class:`SupervisedCollector`): a worker that dies raises
 :class:`WorkerError` naming it and the cause, and every worker exits within about a second
 when the learner process dies, by any signal, SIGKILL included (:func:`watch_parent`).
+:class:`OverlappedCollector` collects each batch while the learner trains on the one before,
+with weights fixed by the batch count (``overlap_collection``).
 :func:`shutdown_collector` stops any TorchRL collector without TorchRL's interpreter-exit
 hang; :func:`stop_collector` also closes what the Ray backend
 (:mod:`ac_extensions.runtime.ray_backend`, the same interface) acquired.
@@ -384,6 +386,85 @@ class SupervisedAsyncCollector(_Supervised, MultiAsyncCollector):
     rollout as soon as its batch is handed over, so collection overlaps the learner's update
     (see :class:`_Supervised` for the supervision).
     """
+
+
+class OverlappedCollector:
+    """Collects the next batch while the learner trains on this one, bit-reproducibly.
+
+    Wraps a synchronous collector whose workers read their policy's weights from shared
+    memory. The workers get their own copy of the policy (``mirror``), so the learner's
+    in-place updates of ``source`` do not reach them mid-rollout. Batch k+1 is collected while
+    the learner updates on batch k, with the weights from before that update (one batch
+    behind); :meth:`update_policy_weights_` waits for that collection to end, then copies
+    ``source`` into ``mirror``, which batch k+2 is collected with. The weights every batch
+    sees are fixed by the batch count, not by timing, so the same seed gives the same run.
+    Each step's behaviour log-probability is stored with it, so PPO's ratio stays exact for
+    the batch that is one update old (the first epoch's ratio is then not 1).
+
+    Args:
+        collector: a synchronous collector (``MultiSyncCollector``) built on ``mirror``.
+        source: the learner's policy.
+        mirror: the collector's copy of it (same modules, its own storage).
+    """
+
+    def __init__(self, collector, source: nn.Module, mirror: nn.Module) -> None:
+        self.collector, self.source, self.mirror = collector, source, mirror
+        self._pending: _Prefetch | None = None
+
+    def __iter__(self):
+        batches = iter(self.collector)
+        batch = next(batches, None)
+        while batch is not None:
+            self._pending = _Prefetch(batches)  # batch k+1, with the mirror's weights
+            yield batch
+            batch = self._take()
+
+    def _take(self):
+        pending, self._pending = self._pending, None
+        return None if pending is None else pending.result()
+
+    def update_policy_weights_(self) -> None:
+        """Wait for the batch in collection, then give the workers the learner's weights."""
+        if self._pending is not None:
+            self._pending.wait()
+        self.mirror.load_state_dict(self.source.state_dict())
+        self.collector.update_policy_weights_()
+
+    def shutdown(self) -> None:
+        """Let a batch in collection finish (up to a minute), then stop the collector."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait(timeout=60)
+        self.collector.shutdown()
+
+    def __getattr__(self, name: str):
+        return getattr(self.collector, name)
+
+
+class _Prefetch:
+    """``next(iterator, None)`` on a daemon thread; :meth:`result` returns it or raises."""
+
+    def __init__(self, iterator) -> None:
+        self._value = self._error = None
+        self._thread = threading.Thread(target=self._run, args=(iterator,), daemon=True)
+        self._thread.start()
+
+    def _run(self, iterator) -> None:
+        try:
+            self._value = next(iterator, None)
+        except BaseException as error:  # re-raised in the learner's thread by result()
+            self._error = error
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the batch is collected (or collection failed), or ``timeout`` seconds."""
+        self._thread.join(timeout)
+
+    def result(self):
+        """The batch (``None`` when the collector has finished); a collection error raises."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def start_collector(

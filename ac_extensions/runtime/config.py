@@ -277,6 +277,14 @@ class OnPolicyConfig(RunConfig):
     normalize_rewards: bool = False
     """Divide rewards by the running standard deviation of the discounted return (SB3's rule).
     :class:`~ac_extensions.modules.RewardNormalizer`, SB3's ``VecNormalize`` rule."""
+    overlap_collection: bool = False
+    """Collect the next batch while the learner trains on this one, and stay bit-reproducible.
+    Each batch is collected with the weights from before the update that runs beside it (one
+    update behind; the behaviour log-probabilities are stored, so PPO's ratio stays exact),
+    at points fixed by the batch count, so the same seed gives the same run
+    (:class:`~ac_extensions.runtime.OverlappedCollector`). Faster where collection and the
+    update each fill a core. Off by default: the stale batch changes the numerics. Local,
+    synchronous collection only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -289,6 +297,11 @@ class OnPolicyConfig(RunConfig):
                 "normalize_rewards with async_collection needs workers=1: the running returns "
                 "follow each env's rows, which asynchronous batches from different workers "
                 f"interleave (got workers={self.workers})"
+            )
+        if self.overlap_collection and (self.backend != "local" or self.async_collection):
+            raise ValueError(
+                "overlap_collection needs backend 'local' and async_collection=False, got "
+                f"backend={self.backend!r}, async_collection={self.async_collection}"
             )
         if self.share_torso and self.recurrent is not None:
             raise ValueError(

@@ -19,6 +19,7 @@ schedules it, and stops the collector (and a Ray backend) however the loop ends.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ac_extensions.runtime.checkpoint import Checkpointer, resume, training_state
-from ac_extensions.runtime.collection import start_collector, stop_collector
+from ac_extensions.runtime.collection import OverlappedCollector, start_collector, stop_collector
 from ac_extensions.runtime.guards import NonFiniteGuard
 from ac_extensions.runtime.progress import Progress
 
@@ -107,15 +108,19 @@ class Run:
             feed: a :class:`~ac_extensions.runtime.ReplayFeed` for the Ray backend's replay.
         """
         config = self.config
+        overlap = getattr(config, "overlap_collection", False)
+        mirror = copy.deepcopy(policy) if overlap else policy
         collector = start_collector(
             config,
             make_env,
-            policy,
+            mirror,
             frames=config.frames - self.progress.frames,
             seed=config.seed + self.done,
             feed=feed,
             asynchronous=config.async_collection,
         )
+        if overlap:
+            collector = OverlappedCollector(collector, policy, mirror)
         try:
             yield collector
         finally:

@@ -22,6 +22,13 @@ SMALL = {"workers": 1, "envs_per_worker": 2, "rollout_length": 16, "hidden_sizes
 RECIPES = {
     "a2c": (a2c.A2CConfig, a2c.train, {}),
     "ppo": (ppo.PPOConfig, ppo.train, {"minibatch_size": 16, "epochs": 2}),
+    # the next batch collected beside each update, with the weights of the update before
+    "a2c_overlap": (a2c.A2CConfig, a2c.train, {"overlap_collection": True}),
+    "ppo_overlap": (
+        ppo.PPOConfig,
+        ppo.train,
+        {"minibatch_size": 16, "epochs": 2, "overlap_collection": True},
+    ),
     # replay from the second batch on, so the off-policy updates are covered too
     "acer": (acer.ACERConfig, acer.train, {"replay_start": 32, "replay_ratio": 2.0}),
     "reactor": (

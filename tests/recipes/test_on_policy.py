@@ -124,6 +124,20 @@ def test_async_collection_trains_on_each_workers_batch():
     assert last > 2 * first and last > 100, (first, last)
 
 
+@pytest.mark.timeout(180)
+def test_overlap_collection_learns_one_update_behind():
+    # The next batch is collected beside each update with the weights from before it; the
+    # batches keep their size and count, and the policy still improves (same bar as the
+    # asynchronous test above).
+    config = PPOConfig(frames=36_864, overlap_collection=True, seed=1)
+    assert config.batch_frames == config.frames_per_batch
+    metrics = run(ppo_recipe.train, config)
+    assert len(metrics) == 36_864 // config.frames_per_batch
+    assert all(math.isfinite(m["train/loss_objective"]) for m in metrics)
+    first, last = metrics[0]["train/return_window"], metrics[-1]["train/return_window"]
+    assert last > 2 * first and last > 100, (first, last)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("frames", 0), ("workers", -1), ("gamma", 1.5), ("lmbda", -0.1), ("minibatch_size", 0)],
