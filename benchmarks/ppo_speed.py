@@ -1,11 +1,13 @@
 """PPO's training speed against Stable-Baselines3 PPO, side by side in one invocation.
 
 For each env, three runs of ``--frames`` frames, each in a fresh subprocess, one after the
-other and alternating (ours, SB3, zoo, ours, SB3, zoo, ...) ``--repeats`` times, so a change
+other and alternating (ours, overlap, SB3, zoo, ours, ...) ``--repeats`` times, so a change
 of machine load hits all alike:
 
 - ``ours``: our PPO with its defaults (``PPOConfig.for_env``: the recipe's defaults for the
   env's family);
+- ``overlap``: the same with ``overlap_collection`` (the next batch collected beside each
+  update, one update behind);
 - ``sb3``: SB3 PPO at the same settings (batch, epochs, minibatch, network, normalisation;
   MinAtar: the ``sb3_ppo_const`` baseline of the MinAtar grid; MuJoCo: SB3's PPO defaults,
   which are the PPO paper's, with ``VecNormalize``), the question "which implementation is
@@ -41,14 +43,19 @@ RESULTS = HERE / "results"
 DEFAULT_ENVS = ("MinAtar/Breakout-v1", "HalfCheetah-v5")
 
 
-def ours(env_id: str, frames: int) -> dict:
-    """Our PPO with its defaults for ``env_id``'s family; frames and seconds."""
+def ours(env_id: str, frames: int, **options) -> dict:
+    """Our PPO with its defaults for ``env_id``'s family (and ``options``); frames, seconds."""
     from ac_extensions.recipes.ppo import PPOConfig, train
 
     start = time.perf_counter()
-    config = PPOConfig.for_env(env_id, frames=frames, seed=1)
+    config = PPOConfig.for_env(env_id, frames=frames, seed=1, **options)
     metrics = list(train(config))
     return {"frames": metrics[-1]["time/frames"], "seconds": time.perf_counter() - start}
+
+
+def overlap(env_id: str, frames: int) -> dict:
+    """Our PPO's defaults with ``overlap_collection``; frames and seconds."""
+    return ours(env_id, frames, overlap_collection=True)
 
 
 def sb3(env_id: str, frames: int) -> dict:
@@ -118,7 +125,7 @@ def _learn(env, settings: dict, frames: int, start: float) -> dict:
     return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
 
 
-SIDES = {"ours": ours, "sb3": sb3, "zoo": zoo}
+SIDES = {"ours": ours, "overlap": overlap, "sb3": sb3, "zoo": zoo}
 """The three runs per env and repeat, in the order they alternate."""
 
 
@@ -155,13 +162,16 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_child(which, env_id, args.frames)
                 fps[which].append(result["frames"] / result["seconds"])
                 print(f"{env_id} {which} #{repeat + 1}: {fps[which][-1]:,.0f} fps", flush=True)
-        ours_fps = median(fps["ours"])
+        ours_fps, overlap_fps = median(fps["ours"]), median(fps["overlap"])
+        sb3_fps, zoo_fps = median(fps["sb3"]), median(fps["zoo"])
         rows.append(
             fps
             | {
                 "env": env_id,
-                "ratio": ours_fps / median(fps["sb3"]),
-                "ratio_zoo": ours_fps / median(fps["zoo"]),
+                "ratio": ours_fps / sb3_fps,
+                "ratio_zoo": ours_fps / zoo_fps,
+                "ratio_overlap": overlap_fps / sb3_fps,
+                "ratio_overlap_zoo": overlap_fps / zoo_fps,
             }
         )
     lines = [
@@ -170,16 +180,20 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `python benchmarks/ppo_speed.py --envs {' '.join(args.envs)} --frames "
         f"{args.frames} --repeats {args.repeats}`; {platform.processor() or platform.machine()}, "
         "runs one at a time, alternating. fps: the whole run, start-up included (median of the "
-        "repeats). Ours: our PPO's defaults; SB3 same: SB3 PPO at those settings; SB3 zoo: SB3 "
-        "PPO with rl-baselines3-zoo's tuned settings for the env (the grids' `sb3_ppo`).",
+        "repeats). Ours: our PPO's defaults; overlapped: the same with `--overlap-collection`; "
+        "SB3 same: SB3 PPO at our defaults' settings; SB3 zoo: SB3 PPO with rl-baselines3-zoo's "
+        "tuned settings for the env (the grids' `sb3_ppo`). Ratios: each of ours over SB3's.",
         "",
-        "| env | ours fps | SB3 same fps | ours / SB3 same | SB3 zoo fps | ours / SB3 zoo |",
-        "|---|---|---|---|---|---|",
+        "| env | ours fps | overlapped fps | SB3 same fps | ours / SB3 same | overlapped / SB3 "
+        "same | SB3 zoo fps | ours / SB3 zoo | overlapped / SB3 zoo |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['env']} | {median(row['ours']):,.0f} | {median(row['sb3']):,.0f} | "
-            f"{row['ratio']:.2f}× | {median(row['zoo']):,.0f} | {row['ratio_zoo']:.2f}× |"
+            f"| {row['env']} | {median(row['ours']):,.0f} | {median(row['overlap']):,.0f} | "
+            f"{median(row['sb3']):,.0f} | {row['ratio']:.2f}× | {row['ratio_overlap']:.2f}× | "
+            f"{median(row['zoo']):,.0f} | {row['ratio_zoo']:.2f}× | "
+            f"{row['ratio_overlap_zoo']:.2f}× |"
         )
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "ppo_speed.json").write_text(json.dumps(rows, indent=1) + "\n")
