@@ -61,6 +61,12 @@ Studies (:data:`STUDIES`):
   default, SB3's ``net_arch`` after a shared features extractor), against separate torsos
   (the default when it ran; the grid's ``a2c`` rows of that time). The 2×64 heads are the
   MinAtar default since.
+- ``ppo_overlap``: PPO with ``--overlap-collection`` (each batch collected beside the update
+  on the one before, with the weights from before that update: one update behind, and
+  bit-reproducible), at the default layout (8 envs × 128 steps) and at 32 envs × 32 steps,
+  against the default (the grid's ``ppo`` rows): does the one-update lag cost return? Their
+  speed is ``ppo_speed.py``'s, measured one run at a time (two overlapped runs on two cores
+  have no core to overlap on, so this study's fps column says nothing about it).
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -206,6 +212,21 @@ STUDIES: dict[str, dict] = {
             # MinAtar default since.
             "shared torso, linear heads": ["--share-torso"],
             "shared torso, 2×64 heads": ["--share-torso", "--head-sizes", "64,64"],
+        },
+    },
+    "ppo_overlap": {
+        "algo": "ppo",
+        "baseline": "8 envs × 128 steps, synchronous (default)",
+        "variants": {
+            # The default is the grid's ppo row (same command).
+            "overlapped collection": ["--overlap-collection"],
+            "32 envs × 32 steps, overlapped": [
+                "--envs-per-worker",
+                "32",
+                "--rollout-length",
+                "32",
+                "--overlap-collection",
+            ],
         },
     },
 }
