@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -64,6 +65,23 @@ def load_script(path: Path, name: str) -> Iterator[ModuleType]:
         yield module
     finally:
         sys.modules.pop(name, None)
+
+
+@contextmanager
+def few_resamples(reps: int = 2_000) -> Iterator[None]:
+    """The benchmarks' bootstrap (``_intervals.REPS``) at ``reps`` resamples while it lasts.
+
+    For tests of the results pages on fabricated runs: the pages' 50,000 resamples take most
+    of such a test's time, and the verdicts they check are clean separations (or exact ties)
+    that a few thousand resamples give the same way. Load the benchmark script first (it
+    imports ``_intervals``).
+    """
+    intervals = sys.modules["_intervals"]
+    saved, intervals.REPS = intervals.REPS, reps
+    try:
+        yield
+    finally:
+        intervals.REPS = saved
 
 
 def check_stored_normalisation(monkeypatch, config, train):

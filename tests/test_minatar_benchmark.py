@@ -16,14 +16,16 @@ from pathlib import Path
 import pytest
 
 from ac_extensions.runtime import TrainingWarning
-from tests._helpers import load_script
+from tests._helpers import few_resamples, load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_grid.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    yield from load_script(SCRIPT, "minatar_benchmark")
+    for module in load_script(SCRIPT, "minatar_benchmark"):
+        with few_resamples():
+            yield module
 
 
 def fake_run(directory: Path, algo: str, seed: int, *, final, curve, complete=True, fps=100.0):

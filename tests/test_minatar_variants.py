@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._helpers import load_script
+from tests._helpers import few_resamples, load_script
 from tests.test_minatar_benchmark import fake_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_variants.py"
@@ -16,7 +16,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "minatar_variants.
 
 @pytest.fixture(scope="module")
 def bench():
-    yield from load_script(SCRIPT, "minatar_variants")
+    for module in load_script(SCRIPT, "minatar_variants"):
+        with few_resamples():
+            yield module
 
 
 @pytest.mark.timeout(60)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._helpers import load_script
+from tests._helpers import few_resamples, load_script
 from tests.test_minatar_benchmark import fake_run, sigterm_once
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mujoco_grid.py"
@@ -16,7 +16,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mujoco_grid.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    yield from load_script(SCRIPT, "mujoco_benchmark")
+    for module in load_script(SCRIPT, "mujoco_benchmark"):
+        with few_resamples():
+            yield module
 
 
 def test_the_papers_flags_parse_back_into_the_papers_settings(bench, tmp_path):
