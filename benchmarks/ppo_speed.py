@@ -1,6 +1,6 @@
 """PPO's training speed against Stable-Baselines3 PPO, side by side in one invocation.
 
-For each env, three runs of ``--frames`` frames, each in a fresh subprocess, one after the
+For each env, four runs of ``--frames`` frames, each in a fresh subprocess, one after the
 other and alternating (ours, overlap, SB3, zoo, ours, ...) ``--repeats`` times, so a change
 of machine load hits all alike:
 
@@ -126,7 +126,7 @@ def _learn(env, settings: dict, frames: int, start: float) -> dict:
 
 
 SIDES = {"ours": ours, "overlap": overlap, "sb3": sb3, "zoo": zoo}
-"""The three runs per env and repeat, in the order they alternate."""
+"""The four runs per env and repeat, in the order they alternate."""
 
 
 def run_child(which: str, env_id: str, frames: int) -> dict:
