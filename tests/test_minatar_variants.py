@@ -63,10 +63,10 @@ def test_variants_limits_the_runs_to_the_named_variants(bench, tmp_path, monkeyp
     monkeypatch.setattr(
         sys.modules["_scheduler"], "run_process", lambda c, d, t: calls.append(d) or ok
     )
-    argv = ["--study", "acer_lr", "--variants", "lr 5e-4", "--games", "Asterix"]
+    argv = ["--study", "acer_lr", "--variants", "lr 2.5e-4", "--games", "Asterix"]
     argv += ["--seeds", "2", "3", "--jobs", "1", "--frames", "3000", "--results", str(tmp_path)]
     assert bench.main(argv) == 0
-    expected = [bench.run_dir(tmp_path, "acer_lr", "lr 5e-4", "Asterix", s) for s in (2, 3)]
+    expected = [bench.run_dir(tmp_path, "acer_lr", "lr 2.5e-4", "Asterix", s) for s in (2, 3)]
     assert sorted(calls) == expected
 
 
@@ -74,7 +74,7 @@ def test_an_unknown_variant_is_refused_naming_the_known_ones(bench, tmp_path, ca
     with pytest.raises(SystemExit):
         bench.main(["--study", "acer_lr", "--variants", "lr 3e-4", "--results", str(tmp_path)])
     err = capsys.readouterr().err
-    assert "'lr 3e-4'" in err and "'lr 1e-4', 'lr 5e-4'" in err
+    assert "'lr 3e-4'" in err and "'lr 1e-4', 'lr 2.5e-4'" in err
 
 
 @pytest.mark.timeout(60)
@@ -248,7 +248,7 @@ def test_a_study_with_a_baseline_judges_each_variant_by_its_probability_of_impro
     }
     for game, seeds in finals.items():
         for seed, (mine, theirs) in seeds.items():
-            directory = bench.run_dir(tmp_path, "acer_lr", "lr 5e-4", game, seed)
+            directory = bench.run_dir(tmp_path, "acer_lr", "lr 2.5e-4", game, seed)
             fake_run(directory, "acer", seed, final=mine, curve=rows)
             fake_run(
                 grid_run(game, "acer", seed).directory(tmp_path),
@@ -262,14 +262,15 @@ def test_a_study_with_a_baseline_judges_each_variant_by_its_probability_of_impro
     fake_run(directory, "acer", 1, final=0.5, curve=rows)
     found = bench.summarize(tmp_path)
     comparisons = {r["variant"]: r for r in bench.against_baseline("acer_lr", found["acer_lr"])}
-    asterix = comparisons["lr 5e-4"]["per_game"]["Asterix"]
+    asterix = comparisons["lr 2.5e-4"]["per_game"]["Asterix"]
     assert asterix[:4] == (1.0, 1.0, 1.0, "above") and asterix[4] == 2
-    breakout = comparisons["lr 5e-4"]["per_game"]["Breakout"]
+    breakout = comparisons["lr 2.5e-4"]["per_game"]["Breakout"]
     assert breakout[0] == pytest.approx(0.5) and breakout[3] == "level"  # resamples span 0..1
-    overall = comparisons["lr 5e-4"]["overall"]
+    overall = comparisons["lr 2.5e-4"]["overall"]
     assert overall[0] == pytest.approx((1.0 + 0.5) / 2)  # the mean over the two games
     assert overall[1] <= overall[0] <= overall[2]
     assert comparisons["lr 1e-4"]["overall"] is None  # one game: nothing to aggregate
     md = bench.markdown(found)
-    assert "| lr 5e-4 | " in md and "| above, 1.00 [1.00, 1.00] | level, 0.50 [0.00, 1.00] |" in md
+    assert "| lr 2.5e-4 | " in md
+    assert "| above, 1.00 [1.00, 1.00] | level, 0.50 [0.00, 1.00] |" in md
     assert "| lr 1e-4 | — | one seed, 0.00 | — |" in md
