@@ -54,6 +54,11 @@ Studies (:data:`STUDIES`):
   beside the spread across seeds.
 - ``acer_lr``: ACER's Adam step size on MinAtar: 1e-4 and 2.5e-4 (the MinAtar DQN's, the
   default until this study) against 5e-4, the default it chose (the grid's ``acer`` rows).
+- ``acer_gamma``: ACER's discount on MinAtar at γ 0.995 against 0.99 (the default, the grid's
+  ``acer`` rows): Seaquest's oxygen runs out after 200 frames, and surfacing with a rescued
+  diver pays off only beyond γ 0.99's ≈100-step horizon.
+- ``acer_entropy``: ACER's entropy weight at 0.001 (the ACER paper's) against 0.01
+  (openai/baselines', the default).
 - ``a2c_torso``: A2C with one MinAtar torso shared by the policy and value heads, as the A3C
   paper's network shares all non-output layers (Mnih et al., 2016, arXiv:1602.01783,
   experimental setup), with linear heads (the paper's) or 2×64 tanh heads (PPO's MinAtar
@@ -201,6 +206,24 @@ STUDIES: dict[str, dict] = {
             # step size, was the default before this study, and its runs were the grid's.
             "lr 1e-4": ["--lr", "1e-4"],
             "lr 2.5e-4": ["--lr", "2.5e-4"],
+        },
+    },
+    "acer_gamma": {
+        "algo": "acer",
+        "baseline": "gamma 0.99 (default)",
+        "variants": {
+            # Seaquest's oxygen lasts 200 frames: the payoff of surfacing with a diver lies
+            # beyond γ 0.99's ≈100-step horizon. The default is the grid's acer row.
+            "gamma 0.995": ["--gamma", "0.995"],
+        },
+    },
+    "acer_entropy": {
+        "algo": "acer",
+        "baseline": "entropy 0.01 (default)",
+        "variants": {
+            # The ACER paper's entropy weight; 0.01 is openai/baselines'. The default is the
+            # grid's acer row.
+            "entropy 0.001": ["--entropy-coeff", "0.001"],
         },
     },
     "a2c_torso": {
