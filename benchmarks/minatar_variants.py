@@ -52,8 +52,9 @@ Studies (:data:`STUDIES`):
   (today's code with one learner thread, and with two), beside the grid's run of that seed
   (an older commit): how far a run's outcome moves under rounding-sized changes, to set
   beside the spread across seeds.
-- ``acer_lr``: ACER's Adam step size on MinAtar: 1e-4 and 2.5e-4 (the MinAtar DQN's, the
-  default until this study) against 5e-4, the default it chose (the grid's ``acer`` rows).
+- ``acer_lr``: ACER's Adam step size on MinAtar: 1e-4, 2.5e-4 (the MinAtar DQN's, the
+  default until this study) and 1e-3 against 5e-4, the default it chose (the grid's ``acer``
+  rows).
 - ``acer_gamma``: ACER's discount on MinAtar at γ 0.995 against 0.99 (the default, the grid's
   ``acer`` rows): Seaquest's oxygen runs out after 200 frames, and surfacing with a rescued
   diver pays off only beyond γ 0.99's ≈100-step horizon.
@@ -206,6 +207,7 @@ STUDIES: dict[str, dict] = {
             # step size, was the default before this study, and its runs were the grid's.
             "lr 1e-4": ["--lr", "1e-4"],
             "lr 2.5e-4": ["--lr", "2.5e-4"],
+            "lr 1e-3": ["--lr", "1e-3"],
         },
     },
     "acer_gamma": {
