@@ -60,6 +60,8 @@ Studies (:data:`STUDIES`):
   diver pays off only beyond γ 0.99's ≈100-step horizon.
 - ``acer_entropy``: ACER's entropy weight at 0.001 (the ACER paper's) against 0.01
   (openai/baselines', the default).
+- ``acer_replay``: ACER at replay ratio 8 against the paper's 4 (the default): twice the
+  off-policy updates per collected batch, at about twice the learner's cost per frame.
 - ``a2c_torso``: A2C with one MinAtar torso shared by the policy and value heads, as the A3C
   paper's network shares all non-output layers (Mnih et al., 2016, arXiv:1602.01783,
   experimental setup), with linear heads (the paper's) or 2×64 tanh heads (PPO's MinAtar
@@ -226,6 +228,15 @@ STUDIES: dict[str, dict] = {
             # The ACER paper's entropy weight; 0.01 is openai/baselines'. The default is the
             # grid's acer row.
             "entropy 0.001": ["--entropy-coeff", "0.001"],
+        },
+    },
+    "acer_replay": {
+        "algo": "acer",
+        "baseline": "replay ratio 4 (default)",
+        "variants": {
+            # Twice the off-policy updates per collected batch (~18 replayed transitions per
+            # frame against ~9; QR-DQN's peer replays 8). The default is the grid's acer row.
+            "replay ratio 8": ["--replay-ratio", "8"],
         },
     },
     "a2c_torso": {
