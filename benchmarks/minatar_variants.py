@@ -58,7 +58,7 @@ Studies (:data:`STUDIES`):
 - ``acer_gamma``: ACER's discount on MinAtar at γ 0.995 against 0.99 (the default, the grid's
   ``acer`` rows): Seaquest's oxygen runs out after 200 frames, and surfacing with a rescued
   diver pays off only beyond γ 0.99's ≈100-step horizon.
-- ``acer_entropy``: ACER's entropy weight at 0.001 (the ACER paper's) against 0.01
+- ``acer_entropy``: ACER's entropy weight at 0.001 (the ACER paper's) and 0.003 against 0.01
   (openai/baselines', the default).
 - ``acer_replay``: ACER at replay ratio 8 against the paper's 4 (the default): twice the
   off-policy updates per collected batch, at about twice the learner's cost per frame.
@@ -228,6 +228,7 @@ STUDIES: dict[str, dict] = {
             # The ACER paper's entropy weight; 0.01 is openai/baselines'. The default is the
             # grid's acer row.
             "entropy 0.001": ["--entropy-coeff", "0.001"],
+            "entropy 0.003": ["--entropy-coeff", "0.003"],
         },
     },
     "acer_replay": {
