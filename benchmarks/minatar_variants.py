@@ -235,8 +235,9 @@ STUDIES: dict[str, dict] = {
         "algo": "acer",
         "baseline": "replay ratio 4 (default)",
         "variants": {
-            # Twice the off-policy updates per collected batch (~18 replayed transitions per
-            # frame against ~9; QR-DQN's peer replays 8). The default is the grid's acer row.
+            # Twice the off-policy updates per collected batch: 16 replayed transitions per
+            # frame against 8 (16 sequences of 20 steps, 4 times per 160 frames), which is
+            # also the QR-DQN peer's 32 every 4 frames. The default is the grid's acer row.
             "replay ratio 8": ["--replay-ratio", "8"],
         },
     },
