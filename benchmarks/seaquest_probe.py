@@ -6,9 +6,10 @@ surface), or when it surfaces with no rescued diver. Surfacing with one to five 
 the tank for one diver; surfacing with six refills it and pays up to 10 for the oxygen left.
 Shooting pays 1 an enemy. A learner that never surfaces is capped by one tank of oxygen; the
 scores above ~10 need refills. Per episode this records the return, the length, the cause of
-the end, the refills, the divers picked up and the most divers held, for two action rules:
-``pi`` samples the policy (what the run's workers do, minus the collector) and ``uniform``
-picks actions uniformly at random (the floor).
+the end, the refills, the divers picked up and the most divers held, for three action rules:
+``pi`` samples the policy (what the run's workers do, minus the collector), ``greedy_q`` takes
+argmax_a Q(x, a) (the critic's own greedy policy; Reactor's Q is E[Z]) and ``uniform`` picks
+actions uniformly at random (the floor).
 
     python benchmarks/seaquest_probe.py RUN_DIR --episodes 100 --json probe.json
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-RULES = ("pi", "uniform")
+RULES = ("pi", "greedy_q", "uniform")
 CAUSES = ("hit", "oxygen", "surfaced_empty", "truncated")
 
 
@@ -54,7 +55,7 @@ def end_cause(game, truncated: bool) -> str:
 
 
 def load(run_dir: Path):
-    """(config, policy, counters) of the run's newest checkpoint."""
+    """(config, policy, loss, counters) of the run's newest checkpoint."""
     import importlib
 
     from ac_extensions.cli._config import read_run
@@ -74,30 +75,50 @@ def load(run_dir: Path):
     built = importlib.import_module(f"ac_extensions.recipes.{algorithm}").build(config)
     policy, loss = built[0], built[1]
     load_loss_state_dict(loss, state["loss"])
-    return config, policy, state["counters"]
+    return config, policy, loss, state["counters"]
 
 
-def play(policy, env, rule: str, seed: int) -> dict:
+def action_probs(policy, loss, observation, rule: str, num_actions: int) -> torch.Tensor:
+    """The probabilities ``rule`` acts with in one state; shape [A].
+
+    Args:
+        policy: the run's collection policy (writes ``"logits"``, and ``"action_value"`` or,
+            for Reactor, ``"action_value_logits"`` over ``loss.support``).
+        loss: the run's loss (only Reactor's ``support`` is read).
+        observation: one observation. Shape [C, 10, 10].
+        rule: one of :data:`RULES`.
+        num_actions: A.
+    """
+    from tensordict import TensorDict
+
+    if rule == "uniform":
+        return torch.full((num_actions,), 1.0 / num_actions)
+    x = torch.as_tensor(observation, dtype=torch.float32).unsqueeze(0)
+    with torch.no_grad():
+        out = policy(TensorDict({"observation": x}, [1]))
+    if rule == "pi":
+        return out["logits"].softmax(-1)[0]
+    if "action_value_logits" in out.keys():
+        q = (out["action_value_logits"].softmax(-1)[0] * loss.support).sum(-1)
+    else:
+        q = out["action_value"][0]
+    return torch.nn.functional.one_hot(q.argmax(), num_actions).float()
+
+
+def play(policy, loss, env, rule: str, seed: int) -> dict:
     """One episode with ``rule``; its return, length, end cause, refills and divers.
 
     Returns ``{"return", "length", "cause", "refills", "full_refills", "divers", "most_divers"}``:
     ``refills`` counts surfacings that refilled the tank, ``full_refills`` those made with six
     divers, ``divers`` the divers picked up and ``most_divers`` the most held at once.
     """
-    from tensordict import TensorDict
-
     generator = torch.Generator().manual_seed(seed)
     observation, _ = env.reset(seed=seed)
     game = env.unwrapped.game.env
     total, length, refills, full, divers, most = 0.0, 0, 0, 0, 0, 0
     terminated = truncated = False
     while not (terminated or truncated):
-        if rule == "pi":
-            x = torch.as_tensor(observation, dtype=torch.float32).unsqueeze(0)
-            with torch.no_grad():
-                probs = policy(TensorDict({"observation": x}, [1]))["logits"].softmax(-1)[0]
-        else:
-            probs = torch.full((env.action_space.n,), 1.0 / env.action_space.n)
+        probs = action_probs(policy, loss, observation, rule, int(env.action_space.n))
         action = int(torch.multinomial(probs, 1, generator=generator))
         held, surfaced = game.diver_count, game.surface
         observation, reward, terminated, truncated, _ = env.step(action)
@@ -141,11 +162,11 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)
     from ac_extensions.runtime.envs import make_gym_env
 
-    config, policy, counters = load(args.run_dir)
+    config, policy, loss, counters = load(args.run_dir)
     env = make_gym_env(config.env_id)
     results = {}
     for rule in RULES:
-        episodes = [play(policy, env, rule, args.seed + i) for i in range(args.episodes)]
+        episodes = [play(policy, loss, env, rule, args.seed + i) for i in range(args.episodes)]
         results[rule] = {"summary": summarize(episodes), "episodes": episodes}
     env.close()
     print(f"{args.run_dir} ({config.env_id}, counters {counters}, {args.episodes} episodes)")

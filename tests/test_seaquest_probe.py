@@ -81,7 +81,7 @@ def test_play_counts_refills_and_divers(bench):
     ]
     rewards = [0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 7, 0, 0, 0]
     env = ScriptedEnv(script, rewards)
-    out = bench.play(None, env, "uniform", seed=0)
+    out = bench.play(None, None, env, "uniform", seed=0)
     assert out == {
         "return": 8.0,
         "length": 14,
@@ -106,8 +106,31 @@ def test_play_samples_the_policy(bench):
         return TensorDict({"logits": torch.tensor([[0.0, 0, 0, 50.0, 0, 0]])}, [1])
 
     env = Recording([dict(surface=False, sub_y=1), dict(terminal=True, sub_y=4)], [0, 0])
-    out = bench.play(policy, env, "pi", seed=3)
+    out = bench.play(policy, None, env, "pi", seed=3)
     assert seen == [3, 3] and out["cause"] == "hit" and out["length"] == 2
+
+
+def test_action_probs_by_rule(bench):
+    logits = torch.tensor([[0.0, 1.0, 2.0]])
+    obs = torch.zeros(10, 10, 10)
+
+    def acer(td):
+        return TensorDict({"logits": logits, "action_value": torch.tensor([[3.0, 1, 2]])}, [1])
+
+    def reactor(td):
+        # Action 0 puts its mass on -1, action 1 on +1, action 2 splits it: E[Z] = -1, 1, 0.
+        z = torch.tensor([[[9.0, -9.0], [-9.0, 9.0], [0.0, 0.0]]])
+        return TensorDict({"logits": logits, "action_value_logits": z}, [1])
+
+    pi = bench.action_probs(acer, None, obs, "pi", 3)
+    torch.testing.assert_close(pi, logits.softmax(-1)[0])
+    greedy = bench.action_probs(acer, None, obs, "greedy_q", 3)
+    torch.testing.assert_close(greedy, torch.tensor([1.0, 0, 0]))
+    uniform = bench.action_probs(None, None, obs, "uniform", 3)
+    torch.testing.assert_close(uniform, torch.full((3,), 1 / 3))
+    loss = SimpleNamespace(support=torch.tensor([-1.0, 1.0]))  # Reactor's Q is E[Z]
+    greedy = bench.action_probs(reactor, loss, obs, "greedy_q", 3)
+    torch.testing.assert_close(greedy, torch.tensor([0.0, 1, 0]))
 
 
 def test_summarize(bench):
