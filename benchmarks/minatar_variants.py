@@ -78,7 +78,9 @@ Studies (:data:`STUDIES`):
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
 and logs; a run complete at ``--frames`` or more is skipped, an unfinished one resumes from its
-checkpoint (``ac-train --resume``); ``--jobs`` runs at a time. The summary,
+checkpoint (``ac-train --resume``); ``--jobs`` runs at a time. A finished run's checkpoints
+are deleted (replays are large) unless ``--keep-checkpoints``, which keeps its last one for a
+probe that plays it (``seaquest_probe.py``, ``reactor_probe.py``). The summary,
 ``<results>/minatar_variants.md`` and ``.json``, has one table per study: per variant and game
 the mean return of the last 100 episodes at a quarter, half and all of the run's frames
 (median over seeds), and fps (whole run, median); under a study with a baseline, each
@@ -351,7 +353,7 @@ def run_all(args: argparse.Namespace) -> int:
                 variant, game, seed, out = futures[future]
                 result = future.result()
                 failures += failed(result["status"])
-                if result["status"] == "ok":
+                if result["status"] == "ok" and not args.keep_checkpoints:
                     prune_checkpoints(out)
                 s = result["summary"] or {}
                 print(
@@ -562,6 +564,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep each finished run's last checkpoint (for the probes) instead of deleting it",
+    )
     args = parser.parse_args(argv)
     args.results = args.results.resolve()
     args.timeout = args.timeout or args.frames / 10 + 600

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,6 +69,26 @@ def test_variants_limits_the_runs_to_the_named_variants(bench, tmp_path, monkeyp
     assert bench.main(argv) == 0
     expected = [bench.run_dir(tmp_path, "acer_lr", "lr 2.5e-4", "Asterix", s) for s in (2, 3)]
     assert sorted(calls) == expected
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_finished_runs_checkpoints_are_deleted_unless_kept(bench, tmp_path, monkeypatch, keep):
+    def run_process(cmd, directory, timeout):
+        made = tmp_path / "made"  # the runner has made the run's folder already
+        fake_run(made, "acer", 1, final=2.0, curve=[(3000, 2.0, 100, 3.0)])
+        shutil.copytree(made, directory, dirs_exist_ok=True)
+        (directory / "checkpoints" / "ckpt-000000007").mkdir(parents=True)
+        (directory / "checkpoints" / "latest").write_text("ckpt-000000007\n")
+        return {"status": "ok", "seconds": 0.0, "summary": {"final_mean_return": 2.0}}
+
+    monkeypatch.setattr(sys.modules["_scheduler"], "run_process", run_process)
+    argv = ["--study", "acer_replay", "--games", "Seaquest", "--seeds", "1", "--jobs", "1"]
+    argv += ["--frames", "3000", "--results", str(tmp_path)]
+    assert bench.main(argv + (["--keep-checkpoints"] if keep else [])) == 0
+    out = bench.run_dir(tmp_path, "acer_replay", "replay ratio 8", "Seaquest", 1)
+    assert (out / "summary.json").exists()
+    assert (out / "checkpoints" / "ckpt-000000007").is_dir() is keep
 
 
 def test_an_unknown_variant_is_refused_naming_the_known_ones(bench, tmp_path, capsys):
