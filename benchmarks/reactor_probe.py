@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _probe import load, policy_and_q  # noqa: E402
 
 RULES = ("pi", "greedy_q", "greedy_pi")
 
@@ -54,40 +59,6 @@ def state_stats(probs: Tensor, q: Tensor) -> dict[str, Tensor]:
     return {"entropy": entropy, "agree": agree, "gap": gap}
 
 
-def load(run_dir: Path):
-    """(config, actor, loss, counters) of the run's newest checkpoint."""
-    from ac_extensions.cli._config import read_run
-    from ac_extensions.recipes.reactor import build
-    from ac_extensions.runtime import Checkpointer
-    from ac_extensions.runtime.checkpoint import load_loss_state_dict
-
-    algorithm, config = read_run(run_dir)
-    if algorithm != "reactor":
-        raise SystemExit(f"{run_dir} is an {algorithm} run; this probes Reactor runs")
-    if config.recurrent:
-        raise SystemExit(f"{run_dir}: recurrent networks are not supported by this probe")
-    state = Checkpointer(run_dir / "checkpoints").load()
-    if state is None:
-        raise SystemExit(f"{run_dir} has no checkpoint (checkpoints/latest)")
-    actor, loss, _, _ = build(config)
-    load_loss_state_dict(loss, state["loss"])
-    return config, actor, loss, state["counters"]
-
-
-@torch.no_grad()
-def evaluate(actor, loss, observation: Tensor) -> tuple[Tensor, Tensor]:
-    """π(·|x) and Q(x, ·) = E[Z(x, ·)] for one observation; each of shape [A]."""
-    from tensordict import TensorDict
-
-    out = actor(TensorDict({"observation": observation.unsqueeze(0)}, [1]))
-    probs = out["logits"].softmax(-1)[0]
-    if "action_value_logits" in out.keys():  # distributional: E[Z] on the loss's support
-        q = (out["action_value_logits"].softmax(-1)[0] * loss.support).sum(-1)
-    else:
-        q = out["action_value"][0]
-    return probs, q
-
-
 def probe(actor, loss, env_id: str, episodes: int, seed: int = 100) -> dict:
     """Each rule's returns and mean per-state statistics over ``episodes`` episodes.
 
@@ -105,7 +76,7 @@ def probe(actor, loss, env_id: str, episodes: int, seed: int = 100) -> dict:
             total, done = 0.0, False
             while not done:
                 x = torch.as_tensor(observation, dtype=torch.float32)
-                probs, q = evaluate(actor, loss, x)
+                probs, q = policy_and_q(actor, loss, x)
                 probs_seen.append(probs)
                 q_seen.append(q)
                 if rule == "pi":
@@ -132,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    config, actor, loss, counters = load(args.run_dir)
+    config, actor, loss, counters = load(args.run_dir, ("reactor",))
     results = probe(actor, loss, config.env_id, args.episodes, args.seed)
     num_actions = results.pop("num_actions")
     print(

@@ -21,9 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _probe import load, policy_and_q  # noqa: E402
 
 RULES = ("pi", "greedy_q", "uniform")
 CAUSES = ("hit", "oxygen", "surfaced_empty", "truncated")
@@ -54,54 +59,21 @@ def end_cause(game, truncated: bool) -> str:
     return "hit"
 
 
-def load(run_dir: Path):
-    """(config, policy, loss, counters) of the run's newest checkpoint."""
-    import importlib
-
-    from ac_extensions.cli._config import read_run
-    from ac_extensions.runtime import Checkpointer
-    from ac_extensions.runtime.checkpoint import load_loss_state_dict
-
-    algorithm, config = read_run(run_dir)
-    if algorithm not in ("acer", "reactor"):
-        raise SystemExit(f"{run_dir} is an {algorithm} run; this probes ACER and Reactor runs")
-    if config.recurrent:
-        raise SystemExit(f"{run_dir}: recurrent networks are not supported by this probe")
-    if "Seaquest" not in config.env_id:
-        raise SystemExit(f"{run_dir} trained on {config.env_id}, not MinAtar/Seaquest-v1")
-    state = Checkpointer(run_dir / "checkpoints").load()
-    if state is None:
-        raise SystemExit(f"{run_dir} has no checkpoint (checkpoints/latest)")
-    built = importlib.import_module(f"ac_extensions.recipes.{algorithm}").build(config)
-    policy, loss = built[0], built[1]
-    load_loss_state_dict(loss, state["loss"])
-    return config, policy, loss, state["counters"]
-
-
 def action_probs(policy, loss, observation, rule: str, num_actions: int) -> torch.Tensor:
     """The probabilities ``rule`` acts with in one state; shape [A].
 
     Args:
-        policy: the run's collection policy (writes ``"logits"``, and ``"action_value"`` or,
-            for Reactor, ``"action_value_logits"`` over ``loss.support``).
+        policy: the run's collection policy (see :func:`_probe.policy_and_q`).
         loss: the run's loss (only Reactor's ``support`` is read).
         observation: one observation. Shape [C, 10, 10].
         rule: one of :data:`RULES`.
         num_actions: A.
     """
-    from tensordict import TensorDict
-
     if rule == "uniform":
         return torch.full((num_actions,), 1.0 / num_actions)
-    x = torch.as_tensor(observation, dtype=torch.float32).unsqueeze(0)
-    with torch.no_grad():
-        out = policy(TensorDict({"observation": x}, [1]))
+    probs, q = policy_and_q(policy, loss, observation)
     if rule == "pi":
-        return out["logits"].softmax(-1)[0]
-    if "action_value_logits" in out.keys():
-        q = (out["action_value_logits"].softmax(-1)[0] * loss.support).sum(-1)
-    else:
-        q = out["action_value"][0]
+        return probs
     return torch.nn.functional.one_hot(q.argmax(), num_actions).float()
 
 
@@ -162,7 +134,9 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)
     from ac_extensions.runtime.envs import make_gym_env
 
-    config, policy, loss, counters = load(args.run_dir)
+    config, policy, loss, counters = load(args.run_dir, ("acer", "reactor"))
+    if "Seaquest" not in config.env_id:
+        raise SystemExit(f"{args.run_dir} trained on {config.env_id}, not MinAtar/Seaquest-v1")
     env = make_gym_env(config.env_id)
     results = {}
     for rule in RULES:

@@ -102,8 +102,9 @@ def test_play_samples_the_policy(bench):
             seen.append(action)
             return super().step(action)
 
-    def policy(td):
-        return TensorDict({"logits": torch.tensor([[0.0, 0, 0, 50.0, 0, 0]])}, [1])
+    def policy(td):  # an ACER policy writes its Q head beside the logits
+        logits = torch.tensor([[0.0, 0, 0, 50.0, 0, 0]])
+        return TensorDict({"logits": logits, "action_value": torch.zeros(1, 6)}, [1])
 
     env = Recording([dict(surface=False, sub_y=1), dict(terminal=True, sub_y=4)], [0, 0])
     out = bench.play(policy, None, env, "pi", seed=3)
