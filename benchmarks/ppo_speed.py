@@ -1,13 +1,15 @@
 """PPO's training speed against Stable-Baselines3 PPO, side by side in one invocation.
 
-For each env, four runs of ``--frames`` frames, each in a fresh subprocess, one after the
-other and alternating (ours, overlap, SB3, zoo, ours, ...) ``--repeats`` times, so a change
-of machine load hits all alike:
+For each env, runs of ``--frames`` frames, each in a fresh subprocess, one after the other
+and alternating (ours, overlap, compiled, compiled_overlap, SB3, zoo, ours, ...) ``--repeats``
+times, so a change of machine load hits all alike (``--sides``: a subset):
 
 - ``ours``: our PPO with its defaults (``PPOConfig.for_env``: the recipe's defaults for the
   env's family);
 - ``overlap``: the same with ``overlap_collection`` (the next batch collected beside each
   update, one update behind);
+- ``compiled``, ``compiled_overlap``: the same two with ``compile_loss`` (each minibatch's
+  loss through ``torch.compile``; the compiling counts in the run's seconds);
 - ``sb3``: SB3 PPO at the same settings (batch, epochs, minibatch, network, normalisation;
   MinAtar: the ``sb3_ppo_const`` baseline of the MinAtar grid; MuJoCo: SB3's PPO defaults,
   which are the PPO paper's, with ``VecNormalize``), the question "which implementation is
@@ -125,8 +127,35 @@ def _learn(env, settings: dict, frames: int, start: float) -> dict:
     return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
 
 
-SIDES = {"ours": ours, "overlap": overlap, "sb3": sb3, "zoo": zoo}
-"""The four runs per env and repeat, in the order they alternate."""
+def compiled(env_id: str, frames: int) -> dict:
+    """Our PPO's defaults with ``compile_loss`` (the loss through ``torch.compile``)."""
+    return ours(env_id, frames, compile_loss=True)
+
+
+def compiled_overlap(env_id: str, frames: int) -> dict:
+    """Our PPO's defaults with ``compile_loss`` and ``overlap_collection``."""
+    return ours(env_id, frames, compile_loss=True, overlap_collection=True)
+
+
+SIDES = {
+    "ours": ours,
+    "overlap": overlap,
+    "compiled": compiled,
+    "compiled_overlap": compiled_overlap,
+    "sb3": sb3,
+    "zoo": zoo,
+}
+"""Every run per env and repeat, in the order they alternate (``--sides``: a subset)."""
+
+OURS = ("ours", "overlap", "compiled", "compiled_overlap")
+LABELS = {
+    "ours": "ours",
+    "overlap": "overlapped",
+    "compiled": "compiled",
+    "compiled_overlap": "compiled + overlapped",
+    "sb3": "SB3 same",
+    "zoo": "SB3 zoo",
+}
 
 
 def run_child(which: str, env_id: str, frames: int) -> dict:
@@ -153,48 +182,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        choices=list(SIDES),
+        default=list(SIDES),
+        help="the runs to alternate (default: all)",
+    )
     args = parser.parse_args(argv)
+    sides = [which for which in SIDES if which in args.sides]
+    peers = [which for which in ("sb3", "zoo") if which in sides]
     rows = []
     for env_id in args.envs:
-        fps: dict[str, list[float]] = {which: [] for which in SIDES}
+        fps: dict[str, list[float]] = {which: [] for which in sides}
         for repeat in range(args.repeats):
-            for which in SIDES:
+            for which in sides:
                 result = run_child(which, env_id, args.frames)
                 fps[which].append(result["frames"] / result["seconds"])
                 print(f"{env_id} {which} #{repeat + 1}: {fps[which][-1]:,.0f} fps", flush=True)
-        ours_fps, overlap_fps = median(fps["ours"]), median(fps["overlap"])
-        sb3_fps, zoo_fps = median(fps["sb3"]), median(fps["zoo"])
-        rows.append(
-            fps
-            | {
-                "env": env_id,
-                "ratio": ours_fps / sb3_fps,
-                "ratio_zoo": ours_fps / zoo_fps,
-                "ratio_overlap": overlap_fps / sb3_fps,
-                "ratio_overlap_zoo": overlap_fps / zoo_fps,
-            }
-        )
+        ratios = {
+            which: {peer: median(fps[which]) / median(fps[peer]) for peer in peers}
+            for which in sides
+            if which in OURS
+        }
+        rows.append({"env": env_id, "fps": fps, "ratios": ratios})
+    command = (
+        f"python benchmarks/ppo_speed.py --envs {' '.join(args.envs)} --frames {args.frames} "
+        f"--repeats {args.repeats}"
+    )
+    if sides != list(SIDES):
+        command += f" --sides {' '.join(sides)}"
     lines = [
         "# PPO: training fps against Stable-Baselines3 PPO, at the same and at its own settings",
         "",
-        f"Command: `python benchmarks/ppo_speed.py --envs {' '.join(args.envs)} --frames "
-        f"{args.frames} --repeats {args.repeats}`; {platform.processor() or platform.machine()}, "
-        "runs one at a time, alternating. fps: the whole run, start-up included (median of the "
-        "repeats). Ours: our PPO's defaults; overlapped: the same with `--overlap-collection`; "
-        "SB3 same: SB3 PPO at our defaults' settings; SB3 zoo: SB3 PPO with rl-baselines3-zoo's "
-        "tuned settings for the env (the grids' `sb3_ppo`). Ratios: each of ours over SB3's.",
+        f"Command: `{command}`; {platform.processor() or platform.machine()}, runs one at a "
+        "time, alternating. fps: the whole run, start-up (and compiling) included, median of "
+        "the repeats. Ours: our PPO's defaults; overlapped: the same with "
+        "`--overlap-collection`; compiled: with `--compile-loss`; SB3 same: SB3 PPO at our "
+        "defaults' settings; SB3 zoo: SB3 PPO with rl-baselines3-zoo's tuned settings for the "
+        "env (the grids' `sb3_ppo`). Ratios: each of ours over SB3's.",
         "",
-        "| env | ours fps | overlapped fps | SB3 same fps | ours / SB3 same | overlapped / SB3 "
-        "same | SB3 zoo fps | ours / SB3 zoo | overlapped / SB3 zoo |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | run | fps | " + " | ".join(f"/ {LABELS[peer]}" for peer in peers) + " |",
+        "|---|---|---|" + "---|" * len(peers),
     ]
     for row in rows:
-        lines.append(
-            f"| {row['env']} | {median(row['ours']):,.0f} | {median(row['overlap']):,.0f} | "
-            f"{median(row['sb3']):,.0f} | {row['ratio']:.2f}× | {row['ratio_overlap']:.2f}× | "
-            f"{median(row['zoo']):,.0f} | {row['ratio_zoo']:.2f}× | "
-            f"{row['ratio_overlap_zoo']:.2f}× |"
-        )
+        for which in sides:
+            cells = [
+                f"{row['ratios'][which][peer]:.2f}×" if which in OURS else "" for peer in peers
+            ]
+            lines.append(
+                f"| {row['env']} | {LABELS[which]} | {median(row['fps'][which]):,.0f} | "
+                + " | ".join(cells)
+                + " |"
+            )
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "ppo_speed.json").write_text(json.dumps(rows, indent=1) + "\n")
     write_markdown(args.results / "ppo_speed.md", "\n".join(lines) + "\n")

@@ -1,4 +1,4 @@
-"""benchmarks/ppo_speed.py: alternating runs, medians and the ratio, the table it writes."""
+"""benchmarks/ppo_speed.py: alternating runs, medians and the ratios, the table it writes."""
 
 from __future__ import annotations
 
@@ -18,32 +18,57 @@ def load():
     return module
 
 
-def test_runs_alternate_and_the_table_gives_median_fps_and_ratio(tmp_path, monkeypatch):
-    bench = load()
+def fake_runs(bench, monkeypatch, seconds):
     calls = []
-    seconds = {
-        "ours": iter([1.0, 4.0, 2.0]),
-        "overlap": iter([1.0, 1.0, 4.0]),
-        "sb3": iter([2.0, 2.0, 8.0]),
-        "zoo": iter([10.0, 20.0, 40.0]),
-    }
 
     def fake(which, env_id, frames):
         calls.append(which)
         return {"frames": frames, "seconds": next(seconds[which])}
 
     monkeypatch.setattr(bench, "run_child", fake)
-    assert (
-        bench.main(
-            ["--envs", "E-v0", "--frames", "1000", "--repeats", "3", "--results", str(tmp_path)]
-        )
-        == 0
-    )
-    assert calls == ["ours", "overlap", "sb3", "zoo"] * 3
-    rows = json.loads((tmp_path / "ppo_speed.json").read_text())
-    assert rows[0]["ratio"] == 500.0 / 500.0  # medians: ours 500 fps, SB3 500 fps
-    assert rows[0]["ratio_zoo"] == 500.0 / 50.0  # zoo: 100, 50, 25 fps
-    assert rows[0]["ratio_overlap"] == 1000.0 / 500.0  # overlapped: 1000, 1000, 250 fps
-    assert rows[0]["ratio_overlap_zoo"] == 1000.0 / 50.0
+    return calls
+
+
+def test_runs_alternate_and_the_table_gives_median_fps_and_ratios(tmp_path, monkeypatch):
+    bench = load()
+    seconds = {
+        "ours": iter([1.0, 4.0, 2.0]),
+        "overlap": iter([1.0, 1.0, 4.0]),
+        "compiled": iter([4.0, 4.0, 4.0]),
+        "compiled_overlap": iter([0.5, 1.0, 0.5]),
+        "sb3": iter([2.0, 2.0, 8.0]),
+        "zoo": iter([10.0, 20.0, 40.0]),
+    }
+    calls = fake_runs(bench, monkeypatch, seconds)
+    argv = ["--envs", "E-v0", "--frames", "1000", "--repeats", "3", "--results", str(tmp_path)]
+    assert bench.main(argv) == 0
+    assert calls == ["ours", "overlap", "compiled", "compiled_overlap", "sb3", "zoo"] * 3
+    (row,) = json.loads((tmp_path / "ppo_speed.json").read_text())
+    # medians: ours 500, overlapped 1,000, compiled 250, compiled + overlapped 2,000,
+    # SB3 same 500, SB3 zoo 50 fps
+    assert row["ratios"]["ours"] == {"sb3": 1.0, "zoo": 10.0}
+    assert row["ratios"]["overlap"] == {"sb3": 2.0, "zoo": 20.0}
+    assert row["ratios"]["compiled"] == {"sb3": 0.5, "zoo": 5.0}
+    assert row["ratios"]["compiled_overlap"] == {"sb3": 4.0, "zoo": 40.0}
+    assert set(row["ratios"]) == set(bench.OURS)
     table = (tmp_path / "ppo_speed.md").read_text()
-    assert "| E-v0 | 500 | 1,000 | 500 | 1.00× | 2.00× | 50 | 10.00× | 20.00× |" in table
+    assert "| env | run | fps | / SB3 same | / SB3 zoo |" in table
+    assert "| E-v0 | ours | 500 | 1.00× | 10.00× |" in table
+    assert "| E-v0 | compiled + overlapped | 2,000 | 4.00× | 40.00× |" in table
+    assert "| E-v0 | SB3 zoo | 50 |  |  |" in table
+    assert "--sides" not in table  # all sides: the default command
+
+
+def test_a_subset_of_sides_runs_alone_and_the_command_names_it(tmp_path, monkeypatch):
+    bench = load()
+    seconds = {"compiled": iter([2.0]), "ours": iter([4.0]), "sb3": iter([1.0])}
+    calls = fake_runs(bench, monkeypatch, seconds)
+    argv = ["--envs", "E-v0", "--frames", "1000", "--repeats", "1", "--results", str(tmp_path)]
+    assert bench.main([*argv, "--sides", "sb3", "compiled", "ours"]) == 0
+    assert calls == ["ours", "compiled", "sb3"]  # the order of SIDES, whatever the order given
+    (row,) = json.loads((tmp_path / "ppo_speed.json").read_text())
+    assert row["ratios"] == {"ours": {"sb3": 0.25}, "compiled": {"sb3": 0.5}}
+    table = (tmp_path / "ppo_speed.md").read_text()
+    assert "--sides ours compiled sb3`" in table
+    assert "| env | run | fps | / SB3 same |" in table
+    assert "| E-v0 | compiled | 500 | 0.50× |" in table

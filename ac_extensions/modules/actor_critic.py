@@ -348,7 +348,9 @@ class FeatureCache:
 
     Keyed on the input tensor object, its version counter (an in-place change invalidates it)
     and the grad mode. Only :func:`shared_features` activates it, for the length of one loss
-    evaluation, inside which the parameters do not change and no backward pass runs.
+    evaluation, inside which the parameters do not change and no backward pass runs. Under
+    ``torch.compile`` it stands aside: the traced graph holds both torso calls, and
+    AOTAutograd's common-subexpression elimination merges them.
     """
 
     def __init__(self) -> None:
@@ -356,9 +358,9 @@ class FeatureCache:
         self._entry: tuple | None = None
 
     def features(self, torso: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``torso(x)``, computed once per input while active."""
-        if not self.active:
-            return torso(x)
+        """``torso(x)``, computed once per input while active (not under ``torch.compile``)."""
+        if not self.active or torch.compiler.is_compiling():
+            return torso(x)  # compiled: the graph's common-subexpression pass shares it
         key = (x._version, torch.is_grad_enabled())
         entry = self._entry
         if entry is not None and entry[0]() is x and entry[1] == key:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
+import torch
+
 from ac_extensions.modules import RandomNetworkDistillation, collection_policy, rnd_networks
 from ac_extensions.objectives import RNDPPOLoss, SequencePPOLoss
 from ac_extensions.runtime import (
@@ -150,6 +152,12 @@ class PPOConfig(OnPolicyConfig):
     """Standardise advantages per minibatch."""
     target_kl: float | None = None
     """Stop the epochs of a batch early once ``kl_approx`` exceeds 1.5 × this (SB3's rule)."""
+    compile_loss: bool = False
+    """Compile the loss with ``torch.compile``. Forward and backward compile once, in tens of
+    seconds at the start. It pays where the loss's per-minibatch overhead outweighs
+    its arithmetic: small MLPs (MuJoCo's, CartPole's); MinAtar's conv torso ran slower with
+    it (``benchmarks/results/ppo_speed.md``). Off by default: compiled kernels round
+    differently from eager ones, so a seed's run differs from the eager one's."""
     rnd: bool = False
     """Add Random Network Distillation's exploration bonus (Burda et al., 2018,
     arXiv:1810.12894): a second, intrinsic value head and advantage (``RNDPPOLoss``)."""
@@ -275,6 +283,8 @@ def train(  # noqa: C901 (one loop, read top to bottom)
         inputs |= {*rnd.in_keys, loss_module.intrinsic_advantage_key}
         inputs |= {loss_module.intrinsic_value_target_key}
     policy = normalizers.policy(collection_policy(actor, critic))
+    # The loss as the minibatches call it (its state and settings stay on loss_module).
+    compute = torch.compile(loss_module) if config.compile_loss else loss_module
     with run.collector(partial(make_env, config), policy) as collector:
         collect_start = time.perf_counter()
         for iteration, batch in run.batches(collector):
@@ -328,7 +338,7 @@ def train(  # noqa: C901 (one loop, read top to bottom)
                 diagnose = config.target_kl is not None or epoch == epochs - 1
                 for index, minibatch in enumerate(cuts):
                     loss_module.diagnostics = diagnose and index == len(cuts) - 1
-                    out = loss_module(minibatch)
+                    out = compute(minibatch)
                     flat.zero_grad()
                     sum(v for k, v in out.items() if k.startswith("loss_")).backward()
                     grad_norm = float(flat.clip_grad_norm_(config.max_grad_norm))

@@ -263,3 +263,29 @@ def test_ppo_hand_case_clipped_and_unclipped_steps():
     out["loss_objective"].backward()
     assert logits_net.weight.grad[:, 0].abs().sum() == 0
     assert logits_net.weight.grad[:, 1].abs().sum() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(distribution="normal"),
+        dict(share_torso=True, head_sizes=(8,)),
+    ],
+    ids=["gaussian", "shared_torso"],
+)
+def test_ppo_under_torch_compile_equals_eager(options):
+    # What the recipe's compile_loss runs: the same losses and gradients as the eager loss,
+    # including a shared torso (its feature cache stands aside under compile).
+    torch.manual_seed(0)
+    networks = make_actor_critic(OBS, ACT, hidden_sizes=(16,), **options)
+    td = batch((64,), networks=networks)
+    loss = SequencePPOLoss(*networks, normalize_advantage=True, functional=False, **PPO_KW)
+    eager_out, eager_grads = grads(loss, td.clone())
+    torch._dynamo.reset()
+    compiled_out, compiled_grads = grads(torch.compile(loss), td.clone())
+    for key in ("loss_objective", "loss_critic", "loss_entropy", "kl_approx", "clip_fraction"):
+        torch.testing.assert_close(compiled_out[key], eager_out[key], msg=key)
+    for a, b in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
