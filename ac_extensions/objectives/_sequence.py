@@ -247,7 +247,7 @@ class SequenceLossMixin:
             out.set("kl_approx", self._flat_valid(cap["kl_approx"], batch, mask).mean())
         if "log_weight" in cap:  # PPO: the ratio the clip acts on, π_θ / π_prox
             log_weight = self._flat_valid(cap["log_weight"], batch, mask)
-            low, high = (float(b) for b in self._clip_bounds)
+            low, high = self._clip_bounds  # 0-d tensors: no host sync, none under compile
             outside = (log_weight < low) | (log_weight > high)
             out.set("clip_fraction", outside.to(log_weight.dtype).mean())
         if "log_behavior_weight" in cap:  # the ratio to the behavior policy, π_θ / µ
