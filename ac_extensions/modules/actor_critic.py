@@ -349,8 +349,8 @@ class FeatureCache:
     Keyed on the input tensor object, its version counter (an in-place change invalidates it)
     and the grad mode. Only :func:`shared_features` activates it, for the length of one loss
     evaluation, inside which the parameters do not change and no backward pass runs. Under
-    ``torch.compile`` it stands aside: the traced graph holds both torso calls, and
-    AOTAutograd's common-subexpression elimination merges them.
+    ``torch.compile`` it stands aside (its weak references and version keys do not trace):
+    the traced graph holds one torso call per head.
     """
 
     def __init__(self) -> None:
@@ -360,7 +360,7 @@ class FeatureCache:
     def features(self, torso: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """``torso(x)``, computed once per input while active (not under ``torch.compile``)."""
         if not self.active or torch.compiler.is_compiling():
-            return torso(x)  # compiled: the graph's common-subexpression pass shares it
+            return torso(x)
         key = (x._version, torch.is_grad_enabled())
         entry = self._entry
         if entry is not None and entry[0]() is x and entry[1] == key:
