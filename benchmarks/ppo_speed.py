@@ -35,6 +35,7 @@ import platform
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,11 +54,6 @@ def ours(env_id: str, frames: int, **options) -> dict:
     config = PPOConfig.for_env(env_id, frames=frames, seed=1, **options)
     metrics = list(train(config))
     return {"frames": metrics[-1]["time/frames"], "seconds": time.perf_counter() - start}
-
-
-def overlap(env_id: str, frames: int) -> dict:
-    """Our PPO's defaults with ``overlap_collection``; frames and seconds."""
-    return ours(env_id, frames, overlap_collection=True)
 
 
 def sb3(env_id: str, frames: int) -> dict:
@@ -127,21 +123,11 @@ def _learn(env, settings: dict, frames: int, start: float) -> dict:
     return {"frames": model.num_timesteps, "seconds": time.perf_counter() - start}
 
 
-def compiled(env_id: str, frames: int) -> dict:
-    """Our PPO's defaults with ``compile_loss`` (the loss through ``torch.compile``)."""
-    return ours(env_id, frames, compile_loss=True)
-
-
-def compiled_overlap(env_id: str, frames: int) -> dict:
-    """Our PPO's defaults with ``compile_loss`` and ``overlap_collection``."""
-    return ours(env_id, frames, compile_loss=True, overlap_collection=True)
-
-
 SIDES = {
     "ours": ours,
-    "overlap": overlap,
-    "compiled": compiled,
-    "compiled_overlap": compiled_overlap,
+    "overlap": partial(ours, overlap_collection=True),
+    "compiled": partial(ours, compile_loss=True),
+    "compiled_overlap": partial(ours, compile_loss=True, overlap_collection=True),
     "sb3": sb3,
     "zoo": zoo,
 }
