@@ -205,3 +205,62 @@ def test_burn_in_validation():
         PPOConfig(rollout_length=16, sequence_length=8, burn_in=9)
     with pytest.raises(ValueError, match="sequence_length"):
         PPOConfig(rollout_length=16, sequence_length=5)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("recurrent", [None, "lstm"])
+def test_advantages_reuse_the_next_steps_value_and_equal_two_full_passes(recurrent, monkeypatch):
+    # On collected rows, V(x_{t+1}) is step t+1's own value except at episode ends and a row's
+    # last step; only those are evaluated again, and the result equals two full critic passes.
+    from torchrl.objectives.value.functional import generalized_advantage_estimate
+
+    checked = []
+    compute = ppo_recipe.compute_advantages
+
+    def checking(batch, critic, gamma, lmbda, **kwargs):
+        rows, time = batch.shape
+        with torch.no_grad():
+            flat = batch.reshape(-1)
+            value = critic(flat.select(*critic.in_keys, strict=False).clone())["state_value"]
+            next_flat = flat["next"].select(*critic.in_keys, strict=False).clone()
+            next_value = critic(next_flat)["state_value"]
+        value, next_value = value.reshape(rows, time, 1), next_value.reshape(rows, time, 1)
+        expected, _ = generalized_advantage_estimate(
+            gamma,
+            lmbda,
+            value,
+            next_value,
+            batch["next", "reward"],
+            batch["next", "done"],
+            batch["next", "terminated"],
+        )
+        evaluated = []
+        original = critic.forward
+
+        def counting(tensordict, *args, **kw):
+            evaluated.append(tensordict.numel())
+            return original(tensordict, *args, **kw)
+
+        critic.forward = counting
+        try:
+            compute(batch, critic, gamma, lmbda, **kwargs)
+        finally:
+            del critic.forward
+        ends = int(batch["next", "done"][:, :-1].sum())
+        assert evaluated == [rows * time, rows + ends]
+        torch.testing.assert_close(batch["advantage"], expected)
+        torch.testing.assert_close(batch["state_value"], value)
+        checked.append(ends)
+
+    monkeypatch.setattr(ppo_recipe, "compute_advantages", checking)
+    config = PPOConfig(
+        frames=512,
+        recurrent=recurrent,
+        epochs=1,
+        workers=1,
+        envs_per_worker=2,
+        rollout_length=32,
+        seed=3,
+    )
+    run(ppo_recipe.train, config)
+    assert len(checked) == 8 and sum(checked) > 0  # random CartPole episodes end inside rows
