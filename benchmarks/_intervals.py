@@ -297,7 +297,7 @@ def markdown(data: dict[str, Any], *, label: str = "game", spec: str = ".2f") ->
         "improvement P(ours > theirs): **above** where its "
         "interval lies above 0.5, **below** where it lies below, **level** where it contains "
         "0.5. With three runs a bootstrap can only recombine those three scores, so it "
-        "understates the uncertainty: the verdicts are provisional until more seeds are in.",
+        "understates the uncertainty: a verdict on three seeds is weaker than its interval.",
         "",
         f"| {label} | algorithm | runs | mean [95% CI] | IQM [95% CI] |",
         "|---|---|---|---|---|",

@@ -156,7 +156,7 @@ PUBLISHED: dict[str, dict[str, str]] = {
 }
 PUBLISHED_NOTES = {
     "Seaquest": "the paper's Seaquest ran before the v1.0.11 oxygen fix: its values do not "
-    "transfer to today's package",
+    "transfer to MinAtar 1.0.11 and later",
 }
 
 
@@ -434,7 +434,7 @@ def markdown(
         "",
         f"Command: `python benchmarks/minatar_grid.py --games {' '.join(args.games)} --algos "
         f"{' '.join(args.algos)} --seeds {seeds} --frames {args.frames}{only}` "
-        "(`make bench-minatar`; "
+        "(`make bench-minatar` runs its seeds 1–3; "
         f"settings and their sources: the docstring of `benchmarks/minatar_grid.py`). Envs "
         f"`MinAtar/<Game>-v1` (minimal action set, sticky actions 0.1); every run "
         f"{args.frames:,} frames, ours through `ac-train`, Stable-Baselines3 and sb3-contrib "

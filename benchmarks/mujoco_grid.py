@@ -394,7 +394,8 @@ def markdown(
         "",
         f"Command: `python benchmarks/mujoco_grid.py --tasks {' '.join(args.tasks)} --algos "
         f"{' '.join(args.algos)} --seeds {' '.join(map(str, args.seeds))} --frames "
-        f"{args.frames}` (`make bench-mujoco`; settings and sources: the script's docstring). "
+        f"{args.frames}` (`make bench-mujoco` runs its seeds 1–3; settings and sources: the "
+        "script's docstring). "
         f"Every run {args.frames:,} environment steps, {args.jobs} runs at a time on this "
         "machine (2 cores); ours through `ac-train`, SB3 PPO with the zoo's tuned settings, SB3 "
         "A2C with its defaults (the zoo's for these tasks).",

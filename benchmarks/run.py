@@ -133,7 +133,7 @@ def learning(
         "475: first frame at which the mean of the last 20 finished episode returns reached "
         "475; final mean return: mean of the last 20 training episodes; wall seconds include "
         "model and collector start-up).\n\n" + table + f"\n\nCurves: `{png.name}`; runs: "
-        f"`{folder.name}/`.\n",
+        f"`{folder.name}/` beside this page (written by the command, not committed).\n",
     )
     print("\n" + table + f"\n\nwrote {markdown}\nplot: {png}", flush=True)
     return markdown, png

@@ -25,6 +25,7 @@ _HERE = Path(__file__).resolve().parent
 _readme = (_HERE.parent / "README.md").read_text(encoding="utf-8")
 for _folder in ("benchmarks/", "examples/", "ac_extensions/", "tests/"):
     _readme = _readme.replace(f"]({_folder}", f"](../{_folder}")
+_readme = _readme.replace("](docs/", "](")  # the README's links into this folder
 (_HERE / "_readme.md").write_text(_readme, encoding="utf-8")
 
 _CODE = re.compile(r"(``.*?``|`[^`]*`)")

@@ -161,7 +161,8 @@ def test_complete_only_leaves_out_the_runs_under_way(bench, tmp_path):
     )
     assert args.complete_only
     md = bench.markdown(summary, args)
-    assert "--frames 3000 --complete-only` (`make bench-minatar`" in md  # the command, as run
+    # the command, as run
+    assert "--frames 3000 --complete-only` (`make bench-minatar` runs its seeds 1–3" in md
     assert "sb3-contrib (sb3_ppo, sb3_dqn) with" in md  # the command's, not all known
 
 

@@ -1,7 +1,7 @@
 """``ac-plot``: learning curves of ``ac-train`` runs to a PNG.
 
     ac-plot runs/ppo-1 runs/ppo-2 runs/acer-1 --out curves.png
-    ac-plot benchmarks/results/learning            # every run below a folder
+    ac-plot runs/                                  # every run below a folder
 
 One line per algorithm and environment: the mean over its runs (seeds) of
 ``train/return_window`` (mean of the last 20 finished episode returns) against frames, with a

@@ -2,9 +2,9 @@
 
 Everything here imports only ``torch``: no ``nn.Module``, no TensorDict, no keys. Tensors are
 batch-first ``[*B, T, F]`` with time at dim -2 and a trailing feature dim (``F = 1`` for
-per-step scalars, ``A`` for per-action tensors, ``N`` for categorical atoms); see README
-§ Conventions. For GAE and TD(λ), use TorchRL's own functionals
-(``torchrl.objectives.value.functional.generalized_advantage_estimate``,
+per-step scalars, ``A`` for per-action tensors, ``N`` for categorical atoms); see
+``docs/guide.md`` § Conventions of the functional layer. For GAE and TD(λ), use TorchRL's
+own functionals (``torchrl.objectives.value.functional.generalized_advantage_estimate``,
 ``td_lambda_return_estimate``), which share this layout.
 
 Index:

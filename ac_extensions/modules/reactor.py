@@ -307,13 +307,13 @@ def make_reactor_actor(
         policy_epsilon: ε of the policy π = (1 − ε) softmax + ε/A (Reactor, §3.4.1: the
             softmax is mixed with a fixed uniform distribution, so µ(a|x) >= ε/A and the
             importance ratios π/µ stay bounded). 0.01 is this library's choice, not a value
-            taken from the paper. 0: the plain softmax (this library's network before).
+            taken from the paper. 0: the plain softmax (``ReactorConfig.PREVIOUS``).
         dueling: the Q head as state value + mean-centred advantages, per atom (Reactor's
             dueling distributional head; Wang et al., 2016, arXiv:1511.06581, Eq. 9). False:
             one linear layer to A×N logits.
         policy_torso_gradient: False (Reactor, §3.4.1): the policy branch reads the torso's
             output cut from the graph, so only the critic trains the shared torso. True: both
-            branches train it (this library's network before).
+            branches train it (``ReactorConfig.PREVIOUS``, and the MinAtar default).
 
     Returns:
         A ``ProbabilisticActor`` (Categorical on ``logits``, ``return_log_prob=True``). It

@@ -85,9 +85,7 @@ class A2CConfig(OnPolicyConfig):
 
     MinAtar: the same, with one MinAtar torso shared by the policy and value heads (the A3C
     paper's network shares all non-output layers) and a 2×64 tanh MLP per head (PPO's MinAtar
-    heads): above separate torsos over the five games at 1M frames (P 0.66 [0.54, 0.78], seeds
-    1–5; ``benchmarks/results/minatar.md``, notes), where the paper's linear heads were mixed
-    on one seed (study ``a2c_torso`` of ``benchmarks/results/minatar_variants.md``).
+    heads): above separate torsos at 1M frames (``benchmarks/results/defaults.md``).
 
     MuJoCo: SB3's A2C defaults (the class defaults: 5 steps per env, RMSprop 7e-4, γ 0.99, no
     entropy bonus, separate 2×64 tanh MLPs, a diagonal Gaussian with a state-independent

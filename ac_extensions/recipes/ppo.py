@@ -123,8 +123,8 @@ class PPOConfig(OnPolicyConfig):
     PPO as rl-baselines3-zoo runs it on Atari but constant: one MinAtar torso shared by both
     heads, each head a 2×64 tanh MLP (SB3's default ``net_arch`` after a shared features
     extractor), 4 epochs, lr 2.5e-4 and clip 0.1 not annealed (the zoo's linear decay is tuned
-    for 10M frames). Linear heads and the annealed schedule learned about half as much at 1M
-    frames (``benchmarks/results/minatar.md``, where the previous defaults' runs are listed).
+    for 10M frames): above linear heads and the annealed schedule at 1M frames
+    (``benchmarks/results/minatar.md``, notes).
 
     MuJoCo: the PPO paper's settings (Schulman et al., 2017, arXiv:1707.06347, Table 3: 2048
     steps per batch, Adam 3e-4, 10 epochs of minibatches of 64, γ 0.99, λ 0.95, clip 0.2, a

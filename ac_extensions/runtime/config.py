@@ -8,11 +8,11 @@ settings (tuned on CartPole-v1, see each recipe). For the other families (MinAta
 replace the class defaults, and ``overrides`` (the fields a user set) replace both.
 ``ac-train`` builds its configs this way. Each table says where its values come from and
 what measured them: every recipe's MinAtar values ran the MinAtar grid
-(``benchmarks/minatar_grid.py``, ``benchmarks/results/minatar.md``: five games, seeds 1–3,
-1M frames) and some were chosen against alternatives there (PPO's layout, shared torso and
-epochs; Reactor's torso gradient and support; ACER's step size, with 5e-4 an alternative
-setting; ``benchmarks/results/minatar_variants.md``); the Atari values have not been measured
-with these recipes.
+(``benchmarks/minatar_grid.py``, ``benchmarks/results/minatar.md``: five games, 3–10 seeds
+each, 1M frames) and some were chosen against alternatives there (PPO's layout, shared torso
+and epochs; Reactor's torso gradient and support; ACER's step size, entropy weight, discount
+and replay ratio; ``benchmarks/results/minatar_variants.md``); the Atari values have not been
+measured with these recipes.
 """
 
 from __future__ import annotations

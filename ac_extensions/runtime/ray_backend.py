@@ -279,8 +279,7 @@ def start_ray_collector(
     On a one-node cluster (the actors share the learner's cores) the learner leaves them their
     cores as ``MultiSyncCollector`` does for its workers: torch threads max(1, threads − W)
     until the collector is closed. Without it the learner's two threads on a 2-core machine
-    made a PPO update 3.5–5 s instead of 0.2 s (oversubscription, measured while developing
-    ``benchmarks/ray_scaling.py``).
+    made a PPO update 3.5–5 s instead of 0.2 s (oversubscription).
     """
     from torchrl.collectors import Collector
     from torchrl.collectors.distributed import RayCollector
