@@ -52,9 +52,9 @@ Studies (:data:`STUDIES`):
   (today's code with one learner thread, and with two), beside the grid's run of that seed
   (an older commit): how far a run's outcome moves under rounding-sized changes, to set
   beside the spread across seeds.
-- ``acer_lr``: ACER's Adam step size on MinAtar: 1e-4, 2.5e-4 (the MinAtar DQN's, the
-  default until this study) and 1e-3 against 5e-4, the default it chose (the grid's ``acer``
-  rows).
+- ``acer_lr``: ACER's Adam step size on MinAtar: 1e-4, 2.5e-4 (the MinAtar DQN's, the first
+  default) and 5e-4 (the second) against 1e-3, the default this study chose (the grid's
+  ``acer`` rows).
 - ``acer_gamma``: ACER's discount on MinAtar at γ 0.995 against 0.99 (the default, the grid's
   ``acer`` rows): Seaquest's oxygen runs out after 200 frames, and surfacing with a rescued
   diver pays off only beyond γ 0.99's ≈100-step horizon.
@@ -205,42 +205,45 @@ STUDIES: dict[str, dict] = {
     },
     "acer_lr": {
         "algo": "acer",
-        "baseline": "lr 5e-4 (default)",
+        "baseline": "lr 1e-3 (default)",
         "variants": {
-            # The default is the grid's acer row (same command); 2.5e-4, the MinAtar DQN's
-            # step size, was the default before this study, and its runs were the grid's.
+            # The default is the grid's acer row (same command). 2.5e-4, the MinAtar DQN's
+            # step size, and then 5e-4 were the default before; their runs were the grid's.
             "lr 1e-4": ["--lr", "1e-4"],
             "lr 2.5e-4": ["--lr", "2.5e-4"],
-            "lr 1e-3": ["--lr", "1e-3"],
+            "lr 5e-4": ["--lr", "5e-4"],
         },
     },
     "acer_gamma": {
         "algo": "acer",
-        "baseline": "gamma 0.99 (default)",
+        "baseline": "gamma 0.99, lr 5e-4 (the default then)",
+        "baseline_from": ("acer_lr", "lr 5e-4"),
         "variants": {
             # Seaquest's oxygen lasts 200 frames: the payoff of surfacing with a diver lies
-            # beyond γ 0.99's ≈100-step horizon. The default is the grid's acer row.
-            "gamma 0.995": ["--gamma", "0.995"],
+            # beyond γ 0.99's ≈100-step horizon. Run at the step size of that time.
+            "gamma 0.995": ["--gamma", "0.995", "--lr", "5e-4"],
         },
     },
     "acer_entropy": {
         "algo": "acer",
-        "baseline": "entropy 0.01 (default)",
+        "baseline": "entropy 0.01, lr 5e-4 (the default then)",
+        "baseline_from": ("acer_lr", "lr 5e-4"),
         "variants": {
-            # The ACER paper's entropy weight; 0.01 is openai/baselines'. The default is the
-            # grid's acer row.
-            "entropy 0.001": ["--entropy-coeff", "0.001"],
-            "entropy 0.003": ["--entropy-coeff", "0.003"],
+            # The ACER paper's entropy weight; 0.01 is openai/baselines'. Run at the step size
+            # of that time.
+            "entropy 0.001": ["--entropy-coeff", "0.001", "--lr", "5e-4"],
+            "entropy 0.003": ["--entropy-coeff", "0.003", "--lr", "5e-4"],
         },
     },
     "acer_replay": {
         "algo": "acer",
-        "baseline": "replay ratio 4 (default)",
+        "baseline": "replay ratio 4, lr 5e-4 (the default then)",
+        "baseline_from": ("acer_lr", "lr 5e-4"),
         "variants": {
             # Twice the off-policy updates per collected batch: 16 replayed transitions per
             # frame against 8 (16 sequences of 20 steps, 4 times per 160 frames), which is
-            # also the QR-DQN peer's 32 every 4 frames. The default is the grid's acer row.
-            "replay ratio 8": ["--replay-ratio", "8"],
+            # also the QR-DQN peer's 32 every 4 frames. Run at the step size of that time.
+            "replay ratio 8": ["--replay-ratio", "8", "--lr", "5e-4"],
         },
     },
     "a2c_torso": {
