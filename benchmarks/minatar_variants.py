@@ -60,6 +60,8 @@ Studies (:data:`STUDIES`):
   diver pays off only beyond γ 0.99's ≈100-step horizon.
 - ``acer_entropy``: ACER's entropy weight at 0.001 (the ACER paper's) and 0.003 against 0.01
   (openai/baselines', the default).
+- ``acer_entropy_lr``: ACER's entropy weight at 0.003 against 0.01 (the default, the grid's
+  ``acer`` rows) at Adam 1e-3: at 5e-4 it won Freeway and cost Seaquest (``acer_entropy``).
 - ``acer_replay``: ACER at replay ratio 8 against the paper's 4 (the default): twice the
   off-policy updates per collected batch, at about twice the learner's cost per frame.
 - ``a2c_torso``: A2C with one MinAtar torso shared by the policy and value heads, as the A3C
@@ -233,6 +235,15 @@ STUDIES: dict[str, dict] = {
             # of that time.
             "entropy 0.001": ["--entropy-coeff", "0.001", "--lr", "5e-4"],
             "entropy 0.003": ["--entropy-coeff", "0.003", "--lr", "5e-4"],
+        },
+    },
+    "acer_entropy_lr": {
+        "algo": "acer",
+        "baseline": "entropy 0.01 (default)",
+        "variants": {
+            # The default is the grid's acer row (same command): the entropy weight again,
+            # at the step size chosen since.
+            "entropy 0.003": ["--entropy-coeff", "0.003"],
         },
     },
     "acer_replay": {
