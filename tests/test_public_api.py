@@ -85,3 +85,14 @@ def test_runtime_names_are_documented():
             continue
         doc = inspect.getdoc(value)
         assert doc and len(doc.split()) > 5, f"ac_extensions.runtime.{name} is undocumented"
+
+
+def test_every_recipe_config_is_exported_and_documented():
+    from ac_extensions import recipes
+    from ac_extensions.recipes import a2c, acer, ppo, reactor
+
+    configs = {a2c.A2CConfig, acer.ACERConfig, ppo.PPOConfig, reactor.ReactorConfig}
+    assert configs <= {getattr(recipes, name) for name in recipes.__all__}
+    for config in configs:
+        doc = inspect.getdoc(config)
+        assert doc and len(doc.split()) > 5, f"{config.__name__} is undocumented"

@@ -11,7 +11,9 @@ imports another.
 from __future__ import annotations
 
 from ac_extensions.recipes.a2c import A2CConfig
+from ac_extensions.recipes.acer import ACERConfig
 from ac_extensions.recipes.ppo import PPOConfig
+from ac_extensions.recipes.reactor import ReactorConfig
 from ac_extensions.runtime.config import OnPolicyConfig
 
-__all__ = ["A2CConfig", "OnPolicyConfig", "PPOConfig"]
+__all__ = ["A2CConfig", "ACERConfig", "OnPolicyConfig", "PPOConfig", "ReactorConfig"]
