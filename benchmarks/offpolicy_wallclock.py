@@ -149,14 +149,6 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 ``ReactorConfig``: their CartPole-v1 settings)."""
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository when it lies inside it (as a command would name it)."""
-    try:
-        return str(path.resolve().relative_to(RESULTS.parents[1]))
-    except ValueError:
-        return str(path)
-
-
 def parse_variant(name: str) -> tuple[str, dict]:
     """``(recipe, config overrides)`` of a :data:`VARIANTS` name or of an ad-hoc spec.
 
@@ -227,7 +219,7 @@ def main() -> None:
         f"Command: `python benchmarks/offpolicy_wallclock.py --seeds "
         f"{' '.join(map(str, args.seeds))}{chosen}"
         + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
-        + (f" --out {_shown(args.out)}" if args.out != parser.get_default("out") else "")
+        + (f" --out {args.out}" if args.out != parser.get_default("out") else "")
         + "` (each run a fresh process, stopped "
         "when the mean of the last 20 returns first reaches 475 or at its budget: PPO "
         "100,352 frames, ACER and Reactor 60,000; "
