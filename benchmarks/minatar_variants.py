@@ -27,7 +27,9 @@ Studies (:data:`STUDIES`):
   replayed steps per frame; MinAtar's DQN replays 32).
 - ``reactor_ratio``: ``reactor_acting``'s 16 frames per learner step over a whole 1M-frame
   run, against the grid's runs of the default: a quarter of the learner's work per frame, so
-  about four times the frames per second, if the early lag in return closes by the end.
+  about four times the frames per second, if the early lag in return closes by the end; and
+  the same with the target network copied every 250 learner steps, so that it lags the
+  default's 4,000 frames instead of 16,000.
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
   default), both with the policy gradient stopped at the torso (the MinAtar default when it
   ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
@@ -146,6 +148,14 @@ STUDIES: dict[str, dict] = {
             # reactor_acting's quarter replay ratio, over the grid's whole 1M frames: does the
             # early lag close? The default is the grid's reactor row (same command).
             "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
+            # The same, with the target network's lag held at the default's 4,000 frames
+            # (250 steps of 16 frames instead of 1,000).
+            "16 frames per learner step, target every 250 steps": [
+                "--acting-steps-per-learning-step",
+                "16",
+                "--target-update-period",
+                "250",
+            ],
         },
     },
     "reactor_entropy": {
