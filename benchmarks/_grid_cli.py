@@ -131,7 +131,7 @@ def require(modules: set[str], extra: str) -> None:
 def report(summary: dict[str, Any], md: Path, failures: int) -> int:
     """Print what a grid wrote (``md`` and its ``.json`` and ``.png``); the exit status."""
     print(
-        f"{summary['present']} of {summary['planned']} runs present "
+        f"{summary['present']} of the command's {summary['planned']} runs present "
         f"({summary['complete']} complete); wrote {md}, {md.with_suffix('.json').name}, "
         f"{md.with_suffix('.png').name}"
         + (f"; {failures} run(s) failed (see their output.log)" if failures else "")

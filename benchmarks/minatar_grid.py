@@ -55,7 +55,7 @@ min–max over seeds), frames and wall seconds until the 100-episode mean first 
 SB3 baseline's final score (the highest median final return among them; median over seeds, a
 seed that never gets there counting as never, "—" when the median never does), fps (median);
 the MinAtar paper's DQN and AC(λ) values beside them (5M frames, full action set: see
-``PUBLISHED``), and how many planned runs are present. ``<results>/minatar.png``: one panel
+``PUBLISHED``), and how many of the command's runs are present. ``<results>/minatar.png``: one panel
 per game, the median curve of every algorithm with the seed range as a band.
 """
 
@@ -447,7 +447,7 @@ def markdown(
         "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings; sb3_ppo_const "
         "with sb3_ppo's settings at a constant lr and clip and SB3's default 2×64 MLP heads.",
         "",
-        f"**Runs present: {summary['present']} of {summary['planned']} planned "
+        f"**Runs present: {summary['present']} of the command's {summary['planned']} "
         f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),
         "",
         f"Return: the online training return, mean of the last {WINDOW} finished episodes at "

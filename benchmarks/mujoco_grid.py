@@ -400,7 +400,7 @@ def markdown(
         "machine (2 cores); ours through `ac-train`, SB3 PPO with the zoo's tuned settings, SB3 "
         "A2C with its defaults (the zoo's for these tasks).",
         "",
-        f"**Runs present: {summary['present']} of {summary['planned']} planned "
+        f"**Runs present: {summary['present']} of the command's {summary['planned']} "
         f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),
         "",
         f"Return: the training return, mean of the last {WINDOW} finished episodes at the end of "

@@ -133,7 +133,7 @@ def test_summary_of_fabricated_runs(bench, tmp_path):
     )
     args.results = results
     md = bench.write_results(summary, args).read_text()
-    assert "Runs present: 8 of 9 planned (7 complete): partial results." in md
+    assert "Runs present: 8 of the command's 9 (7 complete): partial results." in md
     assert (
         "| ppo | 3/3 (partial: 1 unfinished) | 6.00 | 3.00–7.00 | 3,000 | 3,000 (2 reached) " in md
     )
@@ -182,7 +182,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     grid = " ".join(bench.GRID)  # the whole grid, in its order, and the selection's extra one
     games = " ".join(bench.GAMES)
     assert f"--games {games} --algos {grid} sb3_dqn_paper --seeds 1 2 3 4 --frames 3000" in md
-    assert "Runs present: 7 of 200 planned (7 complete)" in md  # 5 games x 10 algos x 4 seeds
+    assert "Runs present: 7 of the command's 200 (7 complete)" in md  # 5 games x 10 algos x 4 seeds
     assert "| sb3_dqn | 3/4 | 5.00 | 4.00–6.00 |" in md
     assert "| ppo | 2/4 | 6.50 |" in md
 
@@ -190,7 +190,7 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     assert bench.main([*part, "--summary-only"]) == 0
     md = (tmp_path / "minatar.md").read_text()
     assert "--games Freeway --algos sb3_dqn_paper ppo --seeds 4 --frames 3000" in md
-    assert "Runs present: 0 of 2 planned" in md and "sb3_dqn |" not in md
+    assert "Runs present: 0 of the command's 2" in md and "sb3_dqn |" not in md
 
 
 @pytest.mark.timeout(60)

@@ -107,7 +107,7 @@ def test_summary_and_files(bench, tmp_path):
     args = bench.build_parser().parse_args(["--results", str(tmp_path), "--summary-only"])
     md = bench.write_results(summary, args)
     text = md.read_text()
-    assert "**Runs present: 7 of 18 planned (7 complete): partial results.**" in text
+    assert "**Runs present: 7 of the command's 18 (7 complete): partial results.**" in text
     assert "| acer | 3/3 | 8,000 | 7,000–9,000 |" in text
     assert "| SB3 zoo SAC (published¹) | — | 9535 ± 100 |" in text
     data = json.loads(md.with_suffix(".json").read_text())
@@ -168,7 +168,8 @@ def test_a_run_of_part_of_the_grid_keeps_the_other_runs_in_the_summary(
     assert bench.main([*part, "--tasks", "Hopper", "--algos", "acer_paper", "--seeds", "1"]) == 0
     assert started == [bench.Run("Hopper", "acer_paper", 1)]
     text = (tmp_path / "mujoco.md").read_text()
-    assert "**Runs present: 1 of 63 planned (1 complete)" in text  # 3 tasks x 7 algos x 3 seeds
+    # 3 tasks x 7 algos x 3 seeds
+    assert "**Runs present: 1 of the command's 63 (1 complete)" in text
     assert "| sb3_ppo | 1/3 | 4 |" in text  # HalfCheetah's run, outside the selection
 
 
