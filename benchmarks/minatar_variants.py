@@ -64,6 +64,11 @@ Studies (:data:`STUDIES`):
   (openai/baselines', the default).
 - ``acer_entropy_lr``: ACER's entropy weight at 0.003 against 0.01 (the default, the grid's
   ``acer`` rows) at Adam 1e-3: at 5e-4 it won Freeway and cost Seaquest (``acer_entropy``).
+- ``acer_entropy_anneal``: ACER's entropy weight annealed linearly from 0.01 (openai/baselines')
+  at the first frame to 0.001 (the ACER paper's) at the last (``--entropy-coeff-final``),
+  against 0.01 throughout (the default, the grid's ``acer`` rows): 0.003 throughout won
+  Freeway and cost Asterix (``acer_entropy_lr``); exploring early and committing late might
+  keep both.
 - ``acer_replay``: ACER at replay ratio 8 against the paper's 4 (the default): twice the
   off-policy updates per collected batch, at about twice the learner's cost per frame.
 - ``a2c_torso``: A2C with one MinAtar torso shared by the policy and value heads, as the A3C
@@ -254,6 +259,14 @@ STUDIES: dict[str, dict] = {
             # The default is the grid's acer row (same command): the entropy weight again,
             # at the step size chosen since.
             "entropy 0.003": ["--entropy-coeff", "0.003"],
+        },
+    },
+    "acer_entropy_anneal": {
+        "algo": "acer",
+        "baseline": "entropy 0.01 (default)",
+        "variants": {
+            # The default is the grid's acer row (same command).
+            "entropy 0.01 to 0.001": ["--entropy-coeff-final", "0.001"],
         },
     },
     "acer_replay": {

@@ -167,6 +167,10 @@ class ACERConfig(RunConfig):
     """δ of the efficient trust region (``inf`` disables it)."""
     average_policy_decay: float = 0.99
     """α of the Polyak-averaged policy."""
+    entropy_coeff_final: float | None = None
+    """The entropy weight at the last frame, reached linearly from ``entropy_coeff`` at the
+    first (:func:`entropy_coeff_at`); ``None`` keeps ``entropy_coeff`` throughout, as the
+    paper does. A departure for runs that need exploration early and a decisive policy late."""
     replay_ratio: float = 16.0
     """Mean number of off-policy updates per on-policy update (Poisson; paper: 4)."""
     replay_capacity: int = 50_000
@@ -254,6 +258,9 @@ class ACERConfig(RunConfig):
             self.fixed_scale > 0 and math.isfinite(self.fixed_scale)
         ):
             raise ValueError(f"fixed_scale must be finite and > 0 or None, got {self.fixed_scale}")
+        final = self.entropy_coeff_final
+        if final is not None and not (final >= 0 and math.isfinite(final)):
+            raise ValueError(f"entropy_coeff_final must be finite and >= 0 or None, got {final}")
         if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
             raise ValueError(f"reward_scale must be finite and > 0, got {self.reward_scale}")
         self._check_memory()
@@ -262,6 +269,20 @@ class ACERConfig(RunConfig):
                 f"replay_ratio must be >= 0 and average_policy_decay in [0, 1), got "
                 f"{self.replay_ratio}, {self.average_policy_decay}"
             )
+
+
+def entropy_coeff_at(config: ACERConfig, frames: int) -> float:
+    """The entropy weight for the batch collected after ``frames`` frames.
+
+    ``entropy_coeff`` when ``entropy_coeff_final`` is ``None``; otherwise
+    c₀ + (c₁ − c₀) · min(frames / ``config.frames``, 1), with c₀ = ``entropy_coeff`` and
+    c₁ = ``entropy_coeff_final``. A function of the frames alone, so a resumed run continues the
+    schedule where it stopped.
+    """
+    if config.entropy_coeff_final is None:
+        return config.entropy_coeff
+    done = min(frames / config.frames, 1.0)
+    return config.entropy_coeff + (config.entropy_coeff_final - config.entropy_coeff) * done
 
 
 def check_action_space(config: ACERConfig) -> None:
@@ -548,6 +569,8 @@ def train(
                     normalizer.update(batch["observation"])
             sequences += rows
 
+            coeff = entropy_coeff_at(config, run.progress.frames)  # before this batch's frames
+            loss_module.entropy_coeff.fill_(coeff)
             logs = {f"train/on_policy/{k}": v for k, v in update(batch).items()} if learn else {}
             replayed: dict[str, list[float]] = {}
             n_replay = 0
@@ -567,6 +590,7 @@ def train(
                 | {
                     "train/replay_updates": float(n_replay),
                     "train/replay_frames": float(len(replay)),
+                    "train/entropy_coeff": coeff,
                 }
                 | guard.metrics()
                 | versions

@@ -15,6 +15,7 @@ from ac_extensions.recipes.acer import (
     SEQUENCE_KEY,
     ACERConfig,
     build,
+    entropy_coeff_at,
     make_env,
     make_replay,
     train,
@@ -158,6 +159,35 @@ def test_torch_threads_sets_the_learners_threads():
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=field):
         ACERConfig(**{field: value})
+
+
+def test_entropy_coeff_at_is_constant_or_linear_in_the_frames():
+    constant = ACERConfig(frames=1_000, entropy_coeff=0.01)
+    assert [entropy_coeff_at(constant, f) for f in (0, 500, 2_000)] == [0.01] * 3
+    annealed = replace(constant, entropy_coeff_final=0.002)
+    got = [entropy_coeff_at(annealed, f) for f in (0, 250, 500, 1_000, 2_000)]
+    assert got == pytest.approx([0.01, 0.008, 0.006, 0.002, 0.002])  # 0.01 − 0.008 · f/1000
+    rising = replace(constant, entropy_coeff=0.0, entropy_coeff_final=0.04)
+    assert entropy_coeff_at(rising, 750) == pytest.approx(0.03)
+
+
+@pytest.mark.parametrize("final", [-0.001, math.inf, math.nan])
+def test_entropy_coeff_final_is_validated(final):
+    with pytest.raises(ValueError, match="entropy_coeff_final"):
+        ACERConfig(entropy_coeff_final=final)
+
+
+@pytest.mark.timeout(120)
+def test_the_annealed_entropy_weight_reaches_the_loss_batch_by_batch():
+    config = ACERConfig(
+        frames=320, workers=1, entropy_coeff=0.01, entropy_coeff_final=0.0, replay_start=10**6
+    )
+    logs = list(train(config))  # 4 batches of 1 worker × 4 envs × 20 steps, no replay
+    coeffs = [log["train/entropy_coeff"] for log in logs]
+    assert coeffs == pytest.approx([0.01, 0.0075, 0.005, 0.0025])  # at 0, 80, 160, 240 frames
+    for log, coeff in zip(logs, coeffs, strict=True):
+        entropy = -log["train/on_policy/loss_entropy"] / coeff  # loss_entropy = −c · H
+        assert 0.0 < entropy <= math.log(2) + 1e-6  # CartPole's two actions
 
 
 def _record_worker_normalisation(monkeypatch):
