@@ -170,7 +170,9 @@ class ACERConfig(RunConfig):
     entropy_coeff_final: float | None = None
     """The entropy weight at the last frame, reached linearly from ``entropy_coeff`` at the
     first (:func:`entropy_coeff_at`); ``None`` keeps ``entropy_coeff`` throughout, as the
-    paper does. A departure for runs that need exploration early and a decisive policy late."""
+    paper does. A departure for runs that need exploration early and a decisive policy late
+    (on MinAtar, 0.01 → 0.001: study ``acer_entropy_anneal`` of
+    ``benchmarks/results/minatar_variants.md``)."""
     replay_ratio: float = 16.0
     """Mean number of off-policy updates per on-policy update (Poisson; paper: 4)."""
     replay_capacity: int = 50_000
