@@ -128,6 +128,15 @@ def require(modules: set[str], extra: str) -> None:
         raise SystemExit(f"missing packages: {', '.join(missing)} (pip install -e '.[{extra}]')")
 
 
+def runs_present_line(summary: dict[str, Any]) -> str:
+    """The bold line a grid page opens its results with: runs present, complete, partial or not."""
+    partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
+    return (
+        f"**Runs present: {summary['present']} of the command's {summary['planned']} "
+        f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**")
+    )
+
+
 def report(summary: dict[str, Any], md: Path, failures: int) -> int:
     """Print what a grid wrote (``md`` and its ``.json`` and ``.png``); the exit status."""
     print(

@@ -77,6 +77,7 @@ from _grid_cli import (  # noqa: F401 (re-exported: the grid scripts read them h
     prepare,
     report,
     require,
+    runs_present_line,
     widen_to_grid,
 )
 from _minatar_sb3 import sb3_settings, train_sb3  # noqa: F401 (re-exported)
@@ -425,7 +426,6 @@ def markdown(
     summary: dict[str, Any], args: argparse.Namespace, estimates: dict[str, Any] | None = None
 ) -> str:
     """The whole ``minatar.md`` (``estimates``: :func:`_intervals.estimates`, or none)."""
-    partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     seeds = " ".join(map(str, args.seeds))
     only = " --complete-only" if args.complete_only else ""
     sb3 = ", ".join(a for a in args.algos if a in SB3_ALGOS)
@@ -447,8 +447,7 @@ def markdown(
         "sb3_ppo and sb3_a2c with rl-baselines3-zoo's Atari PPO and A2C settings; sb3_ppo_const "
         "with sb3_ppo's settings at a constant lr and clip and SB3's default 2×64 MLP heads.",
         "",
-        f"**Runs present: {summary['present']} of the command's {summary['planned']} "
-        f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),
+        runs_present_line(summary),
         "",
         f"Return: the online training return, mean of the last {WINDOW} finished episodes at "
         "the end of each run (the MinAtar paper's metric); median and min–max over seeds. "

@@ -73,7 +73,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _intervals as intervals  # noqa: E402
 import _scheduler as scheduler  # noqa: E402
-from _grid_cli import add_grid_arguments, prepare, report, require, widen_to_grid  # noqa: E402
+from _grid_cli import (  # noqa: E402
+    add_grid_arguments,
+    prepare,
+    report,
+    require,
+    runs_present_line,
+    widen_to_grid,
+)
 from _sb3 import CHECKPOINT_MINUTES, WINDOW, SB3Checkpoint, SB3Log, jsonable, learn_sb3  # noqa: E402
 from _scheduler import ac_train, complete_at, has_checkpoint, read_summary  # noqa: E402
 from _summary import (  # noqa: E402
@@ -388,7 +395,6 @@ def markdown(
     summary: dict[str, Any], args: argparse.Namespace, estimates: dict[str, Any] | None = None
 ) -> str:
     """The whole ``mujoco.md`` (``estimates``: :func:`_intervals.estimates`, or none)."""
-    partial = summary["present"] < summary["planned"] or summary["complete"] < summary["present"]
     lines = [
         "# MuJoCo: continuous ACER, PPO and A2C vs Stable-Baselines3 PPO and A2C",
         "",
@@ -400,8 +406,7 @@ def markdown(
         "machine (2 cores); ours through `ac-train`, SB3 PPO with the zoo's tuned settings, SB3 "
         "A2C with its defaults (the zoo's for these tasks).",
         "",
-        f"**Runs present: {summary['present']} of the command's {summary['planned']} "
-        f"({summary['complete']} complete)" + (": partial results.**" if partial else ".**"),
+        runs_present_line(summary),
         "",
         f"Return: the training return, mean of the last {WINDOW} finished episodes at the end of "
         "each run; median and min–max over seeds. Wall seconds and fps: the whole run, start-up "
