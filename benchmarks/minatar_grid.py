@@ -42,9 +42,10 @@ fps so far), and a failure does not stop the rest. On a machine lent for a fixed
 will finish in time (or when there is nothing to estimate from), and stops what still runs in
 time to save its checkpoint before M (:func:`_within_deadline`).
 
-Cost: about 2 h per Reactor run and under an hour for every other at 1M frames, as one of two
-jobs on this 2-core machine (measured speeds: the notes of ``results/minatar.md``), ≈40
-job-hours for the grid, so it is meant to be resumed across invocations. A checkpoint holds
+Cost: under an hour per run at 1M frames (Reactor, ACER and QR-DQN the slowest, about half an
+hour), as one of two jobs on this 2-core machine (measured speeds: the notes of
+``results/minatar.md``), ≈33 job-hours for seeds 1–3 of the grid, so it is meant to be resumed
+across invocations. A checkpoint holds
 the replay and is not committed: a run stopped on one machine starts again on another.
 
 Summary (also ``--summary-only``), read from each run's own ``summary.json`` and CSVs, of the

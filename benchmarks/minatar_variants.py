@@ -22,29 +22,30 @@ Studies (:data:`STUDIES`):
   ``sb3_ppo`` baseline runs) instead of the PPO paper's 3 (the recipe's MinAtar default when it
   ran; its baseline is the grid's ``ppo`` runs, the same command without ``--epochs``).
 - ``reactor_acting``: Reactor with 4 environment frames per learner step (the paper's "4–6
-  acting steps per learning step", the recipe's default) or 16 (a quarter of the replayed
-  frames per collected frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16
-  replayed steps per frame; MinAtar's DQN replays 32).
-- ``reactor_ratio``: ``reactor_acting``'s 16 frames per learner step over a whole 1M-frame
-  run, against the grid's runs of the default: a quarter of the learner's work per frame, so
-  about four times the frames per second, if the early lag in return closes by the end; and
-  the same with the target network copied every 250 learner steps, so that it lags the
-  default's 4,000 frames instead of 16,000.
+  acting steps per learning step") or 16 (a quarter of the replayed frames per collected
+  frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16 replayed steps per frame;
+  MinAtar's DQN replays 32), over 100k frames.
+- ``reactor_ratio``: Reactor's MinAtar default, 16 frames per learner step with the target
+  network copied every 250 learner steps (the grid's ``reactor`` rows), against the paper's
+  ratio of 4 frames per step with the target copied every 1,000 (the same 4,000-frame lag;
+  the default before, whose runs were the grid's), and against 16 frames per step with the
+  target left at 1,000 steps (a 16,000-frame lag). A quarter of the learner's work per frame
+  buys about four times the frames per second where the learner sets the pace.
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
   default), both with the policy gradient stopped at the torso (the MinAtar default when it
   ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
   near uniform (entropy ~0.9 of ln 3 ≈ 1.10 from 200k frames on) while its return fell from 14
   to 9–11; the critic's action gaps are small next to a 0.01 temperature.
 - ``reactor_torso``: Reactor's policy gradient let into the torso it shares with the
-  critic (the MinAtar default, chosen by this study; the grid's ``reactor`` rows) or stopped
-  there (``--policy-torso-gradient false``: the paper's §3.4.1, the policy head reads features
-  the distributional critic alone shapes; its runs were made by the grid while this was the
-  MinAtar default).
+  critic (the MinAtar default, chosen by this study) or stopped there
+  (``--policy-torso-gradient false``: the paper's §3.4.1, the policy head reads features the
+  distributional critic alone shapes; its runs were made by the grid while this was the
+  MinAtar default), both at 4 frames per learner step (``reactor_ratio``'s variant).
 - ``reactor_support``: Reactor's categorical support [-10, 30] instead of C51's [-10, 10] (the
   paper's value, and the default): MinAtar's rewards are 0/1 like Atari's clipped ones, but
-  dense in SpaceInvaders, where the grid's run's mean Q neared the top atom (8.9 at 200k
-  frames, on a ≈100-step horizon at γ 0.99); mass beyond it is clipped onto it, and clipped
-  actions stop being ranked. 51 atoms either way (Δz 0.4 and 0.8).
+  dense in SpaceInvaders, where a run's mean Q neared the top atom (8.9 at 200k frames, on a
+  ≈100-step horizon at γ 0.99); mass beyond it is clipped onto it, and clipped actions stop
+  being ranked. 51 atoms either way (Δz 0.4 and 0.8); both at 4 frames per learner step.
 - ``ppo_envs``: PPO's 1,024-frame batch as 32 envs × 32 steps instead of 8 × 128 (the
   default; the grid's ``ppo`` rows): TorchRL's per-step collection cost is paid once per 32
   frames instead of 8 (``minatar_ppo_layout.py``), the GAE horizon within a batch shortens to
@@ -142,24 +143,41 @@ STUDIES: dict[str, dict] = {
     "reactor_acting": {
         "algo": "reactor",
         "variants": {
-            "4 frames per learner step": ["--acting-steps-per-learning-step", "4"],
-            "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
+            # Both with the target copied every 1,000 learner steps, the default when they ran.
+            "4 frames per learner step": [
+                "--acting-steps-per-learning-step",
+                "4",
+                "--target-update-period",
+                "1000",
+            ],
+            "16 frames per learner step": [
+                "--acting-steps-per-learning-step",
+                "16",
+                "--target-update-period",
+                "1000",
+            ],
         },
     },
     "reactor_ratio": {
         "algo": "reactor",
-        "baseline": "4 frames per learner step (default)",
+        "baseline": "16 frames per learner step, target every 250 steps (default)",
         "variants": {
-            # reactor_acting's quarter replay ratio, over the grid's whole 1M frames: does the
-            # early lag close? The default is the grid's reactor row (same command).
-            "16 frames per learner step": ["--acting-steps-per-learning-step", "16"],
-            # The same, with the target network's lag held at the default's 4,000 frames
-            # (250 steps of 16 frames instead of 1,000).
-            "16 frames per learner step, target every 250 steps": [
+            # The default is the grid's reactor row (same command), chosen by this study. The
+            # paper's ratio, one learner step per 4 frames with the target copied every 1,000
+            # steps (the same 4,000-frame lag), was the default before; its runs were the grid's.
+            "4 frames per learner step, target every 1,000 steps": [
+                "--acting-steps-per-learning-step",
+                "4",
+                "--target-update-period",
+                "1000",
+            ],
+            # A quarter of the replay with the target's period left at 1,000 steps, so that it
+            # lags 16,000 frames.
+            "16 frames per learner step": [
                 "--acting-steps-per-learning-step",
                 "16",
                 "--target-update-period",
-                "250",
+                "1000",
             ],
         },
     },
@@ -168,27 +186,54 @@ STUDIES: dict[str, dict] = {
         "baseline": "entropy 0.01 (default), policy gradient stopped at the torso",
         "baseline_from": ("reactor_torso", "policy gradient stopped at the torso"),
         "variants": {
-            # Ran when the paper's stopped gradient was the MinAtar default; compared with
-            # the same setting at the default entropy (reactor_torso's variant).
-            "entropy 0.001": ["--entropy-coeff", "0.001", "--policy-torso-gradient", "false"],
+            # Ran when the paper's stopped gradient and one learner step per 4 frames were the
+            # MinAtar default; compared with the same setting at the default entropy
+            # (reactor_torso's variant).
+            "entropy 0.001": [
+                "--entropy-coeff",
+                "0.001",
+                "--policy-torso-gradient",
+                "false",
+                "--acting-steps-per-learning-step",
+                "4",
+                "--target-update-period",
+                "1000",
+            ],
         },
     },
     "reactor_torso": {
         "algo": "reactor",
-        "baseline": "policy gradient into the torso (MinAtar default)",
+        "baseline": "policy gradient into the torso (MinAtar default), 4 frames per learner step",
+        "baseline_from": ("reactor_ratio", "4 frames per learner step, target every 1,000 steps"),
         "variants": {
-            # The MinAtar default is the grid's reactor row (same command); the paper's
-            # setting (§3.4.1) is the variant.
-            "policy gradient stopped at the torso": ["--policy-torso-gradient", "false"],
+            # Both at one learner step per 4 frames, the MinAtar default when they ran; the
+            # paper's setting (§3.4.1) is the variant.
+            "policy gradient stopped at the torso": [
+                "--policy-torso-gradient",
+                "false",
+                "--acting-steps-per-learning-step",
+                "4",
+                "--target-update-period",
+                "1000",
+            ],
         },
     },
     "reactor_support": {
         "algo": "reactor",
-        "baseline": "support [-10, 10] (C51's, the default)",
+        "baseline": "support [-10, 10] (C51's, the default), 4 frames per learner step",
+        "baseline_from": ("reactor_ratio", "4 frames per learner step, target every 1,000 steps"),
         "variants": {
-            # MinAtar rewards are 0/1 and dense on SpaceInvaders: the grid's seed-1 run's mean
-            # Q was 8.9 at 200k frames, close to the top atom, where Q stops ranking actions.
-            "support [-10, 30]": ["--v-max", "30"],
+            # MinAtar rewards are 0/1 and dense on SpaceInvaders: the seed-1 run's mean Q was
+            # 8.9 at 200k frames, close to the top atom, where Q stops ranking actions. Both at
+            # one learner step per 4 frames, the MinAtar default when they ran.
+            "support [-10, 30]": [
+                "--v-max",
+                "30",
+                "--acting-steps-per-learning-step",
+                "4",
+                "--target-update-period",
+                "1000",
+            ],
         },
     },
     "ppo_envs": {

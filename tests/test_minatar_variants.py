@@ -138,8 +138,8 @@ def test_summary_reads_each_run_at_its_fractions(bench, tmp_path):
     assert runs[1]["at"] == {"0.25": None, "0.5": 2.0, "1.0": 6.0}
     md = bench.markdown(found)
     assert (
-        "| 16 frames per learner step | `--acting-steps-per-learning-step 16` | Breakout | 1, 2 "
-        "| 3,000 | — | 1.50 | 4.50 | 75 |" in md
+        "| 16 frames per learner step | `--acting-steps-per-learning-step 16 "
+        "--target-update-period 1000` | Breakout | 1, 2 | 3,000 | — | 1.50 | 4.50 | 75 |" in md
     )
     assert "ppo_torso" not in md  # no runs, no table
 
@@ -201,10 +201,20 @@ def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path
         curve=[(r[0], 2 * r[1], *r[2:]) for r in rows],
         fps=50.0,
     )
-    # The grid's run of the same game and seed is not the entropy study's baseline.
+    # Neither the grid's run of the same game and seed (today's default) is the entropy
+    # study's baseline, nor is it the torso study's: that is the ratio study's variant, the
+    # default when the torso study ran.
     grid_run = sys.modules["minatar_grid"].Run
     fake_run(
         grid_run("Freeway", "reactor", 1).directory(tmp_path),
+        "reactor",
+        1,
+        final=99.0,
+        curve=[(r[0], 20 * r[1], *r[2:]) for r in rows],
+    )
+    then = "4 frames per learner step, target every 1,000 steps"
+    fake_run(
+        bench.run_dir(tmp_path, "reactor_ratio", then, "Freeway", 1),
         "reactor",
         1,
         final=40.0,
@@ -214,13 +224,15 @@ def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path
     baseline = bench.STUDIES["reactor_entropy"]["baseline"]
     assert list(found["reactor_entropy"]) == [baseline, "entropy 0.001"]
     assert found["reactor_entropy"][baseline]["Freeway"][0]["final_mean_return"] == 8.0
-    # The torso study itself shows the grid's run as its baseline.
     torso_baseline = bench.STUDIES["reactor_torso"]["baseline"]
     assert found["reactor_torso"][torso_baseline]["Freeway"][0]["final_mean_return"] == 40.0
+    ratio_baseline = bench.STUDIES["reactor_ratio"]["baseline"]
+    assert found["reactor_ratio"][ratio_baseline]["Freeway"][0]["final_mean_return"] == 99.0
     md = bench.markdown(found)
+    old_ratio = "--acting-steps-per-learning-step 4 --target-update-period 1000"
     assert (
-        f"| {baseline} | `--policy-torso-gradient false` | Freeway | 1 | 4,000 | 2.00 | 4.00 "
-        "| 8.00 | 50 |" in md
+        f"| {baseline} | `--policy-torso-gradient false {old_ratio}` | Freeway | 1 | 4,000 "
+        "| 2.00 | 4.00 | 8.00 | 50 |" in md
     )
 
 

@@ -84,6 +84,12 @@ def test_paper_names_the_class_defaults_and_minatar_departs_from_one_of_them():
     restored = ReactorConfig.for_env("MinAtar/Breakout-v1", **ReactorConfig.PAPER)
     assert restored.policy_torso_gradient is False and restored.lr == minatar.lr
     assert ReactorConfig.for_env("ALE/Pong-v5").policy_torso_gradient is False
+    # MinAtar replays a quarter as often as the paper's 4 frames per learner step, and copies
+    # the target after the same 4,000 frames as 1,000 steps at that ratio would.
+    assert minatar.acting_steps_per_learning_step == 16.0
+    assert minatar.acting_steps_per_learning_step * minatar.target_update_period == 4 * 1_000
+    atari = ReactorConfig.for_env("ALE/Pong-v5")
+    assert (atari.acting_steps_per_learning_step, atari.target_update_period) == (4.0, 1_000)
 
 
 @pytest.mark.timeout(120)
