@@ -123,6 +123,13 @@ from _scheduler import (  # noqa: E402
 from minatar_grid import GAMES, WINDOW, Run, read_run  # noqa: E402
 
 RESULTS = HERE / "results"
+REACTOR_TARGET_1000 = ["--target-update-period", "1000"]
+"""Reactor's target copied every 1,000 learner steps, its MinAtar default before 16 frames per
+learner step (and 250 steps) replaced it: the older Reactor studies spell it out to reproduce
+their runs."""
+REACTOR_4_FRAMES = ["--acting-steps-per-learning-step", "4", *REACTOR_TARGET_1000]
+"""One Reactor learner step per 4 frames with the target every 1,000 steps (the paper's ratio,
+the MinAtar default when those studies ran)."""
 STUDIES: dict[str, dict] = {
     "ppo_torso": {
         "algo": "ppo",
@@ -144,17 +151,11 @@ STUDIES: dict[str, dict] = {
         "algo": "reactor",
         "variants": {
             # Both with the target copied every 1,000 learner steps, the default when they ran.
-            "4 frames per learner step": [
-                "--acting-steps-per-learning-step",
-                "4",
-                "--target-update-period",
-                "1000",
-            ],
+            "4 frames per learner step": REACTOR_4_FRAMES,
             "16 frames per learner step": [
                 "--acting-steps-per-learning-step",
                 "16",
-                "--target-update-period",
-                "1000",
+                *REACTOR_TARGET_1000,
             ],
         },
     },
@@ -165,19 +166,13 @@ STUDIES: dict[str, dict] = {
             # The default is the grid's reactor row (same command), chosen by this study. The
             # paper's ratio, one learner step per 4 frames with the target copied every 1,000
             # steps (the same 4,000-frame lag), was the default before; its runs were the grid's.
-            "4 frames per learner step, target every 1,000 steps": [
-                "--acting-steps-per-learning-step",
-                "4",
-                "--target-update-period",
-                "1000",
-            ],
+            "4 frames per learner step, target every 1,000 steps": REACTOR_4_FRAMES,
             # A quarter of the replay with the target's period left at 1,000 steps, so that it
             # lags 16,000 frames.
             "16 frames per learner step": [
                 "--acting-steps-per-learning-step",
                 "16",
-                "--target-update-period",
-                "1000",
+                *REACTOR_TARGET_1000,
             ],
         },
     },
@@ -194,10 +189,7 @@ STUDIES: dict[str, dict] = {
                 "0.001",
                 "--policy-torso-gradient",
                 "false",
-                "--acting-steps-per-learning-step",
-                "4",
-                "--target-update-period",
-                "1000",
+                *REACTOR_4_FRAMES,
             ],
         },
     },
@@ -211,10 +203,7 @@ STUDIES: dict[str, dict] = {
             "policy gradient stopped at the torso": [
                 "--policy-torso-gradient",
                 "false",
-                "--acting-steps-per-learning-step",
-                "4",
-                "--target-update-period",
-                "1000",
+                *REACTOR_4_FRAMES,
             ],
         },
     },
@@ -229,10 +218,7 @@ STUDIES: dict[str, dict] = {
             "support [-10, 30]": [
                 "--v-max",
                 "30",
-                "--acting-steps-per-learning-step",
-                "4",
-                "--target-update-period",
-                "1000",
+                *REACTOR_4_FRAMES,
             ],
         },
     },
