@@ -31,6 +31,10 @@ Studies (:data:`STUDIES`):
   the default before, whose runs were the grid's), and against 16 frames per step with the
   target left at 1,000 steps (a 16,000-frame lag). A quarter of the learner's work per frame
   buys about four times the frames per second where the learner sets the pace.
+- ``reactor_lr``: Reactor's Adam step size on MinAtar at 5e-4 and 1e-3 (ACER's MinAtar default)
+  against 2.5e-4 (the MinAtar DQN's, the default; the grid's ``reactor`` rows): at one learner
+  step per 16 frames Reactor's Asterix and Seaquest returns are still rising at 1M frames, a
+  quarter of the updates of the paper's ratio at the same step size.
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
   default), both with the policy gradient stopped at the torso (the MinAtar default when it
   ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
@@ -174,6 +178,15 @@ STUDIES: dict[str, dict] = {
                 "16",
                 *REACTOR_TARGET_1000,
             ],
+        },
+    },
+    "reactor_lr": {
+        "algo": "reactor",
+        "baseline": "lr 2.5e-4 (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "lr 5e-4": ["--lr", "5e-4"],
+            "lr 1e-3": ["--lr", "1e-3"],
         },
     },
     "reactor_entropy": {
