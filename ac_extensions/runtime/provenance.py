@@ -63,6 +63,32 @@ def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str | None]:
     return versions
 
 
+def _torch_cpu_capability() -> str | None:
+    """The vector instruction set torch dispatches its CPU kernels to (``"AVX2"``, ...)."""
+    try:
+        import torch
+
+        return torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`).
+
+    Recorded because torch and MKL choose their float kernels by CPU vendor and instruction
+    set, so the same code and seed can round differently, and drift apart, on another CPU.
+    """
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def provenance(extra_packages: tuple[str, ...] = ()) -> dict[str, Any]:
     """The code, versions and machine of this process, and when it started (UTC).
 
@@ -77,6 +103,8 @@ def provenance(extra_packages: tuple[str, ...] = ()) -> dict[str, Any]:
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
+            "cpu": cpu_model(),
+            "cpu_capability": _torch_cpu_capability(),
             "cpus": os.cpu_count(),
             "executable": sys.executable,
         },
@@ -84,4 +112,4 @@ def provenance(extra_packages: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
-__all__ = ["code_version", "package_versions", "provenance"]
+__all__ = ["code_version", "cpu_model", "package_versions", "provenance"]

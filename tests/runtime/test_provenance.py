@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from ac_extensions.cli.train import main
-from ac_extensions.runtime.provenance import code_version, package_versions, provenance
+from ac_extensions.runtime.provenance import code_version, cpu_model, package_versions, provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,6 +59,17 @@ def test_versions_and_machine():
     assert versions["no-such-package-here"] is None
     record = provenance()
     assert record["machine"]["cpus"] >= 1 and record["started"].endswith("+00:00")
+    assert record["machine"]["cpu"] == cpu_model()
+    assert record["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_cpu_model_reads_the_model_name(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\n")
+    assert cpu_model(cpuinfo) == "AMD EPYC 9R14"
+    cpuinfo.write_text("processor\t: 0\n")
+    assert cpu_model(cpuinfo) == (platform.processor() or platform.machine())
+    assert cpu_model(tmp_path / "missing") == (platform.processor() or platform.machine())
 
 
 @pytest.mark.timeout(300)
