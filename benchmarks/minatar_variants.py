@@ -29,8 +29,10 @@ Studies (:data:`STUDIES`):
   network copied every 250 learner steps (the grid's ``reactor`` rows), against the paper's
   ratio of 4 frames per step with the target copied every 1,000 (the same 4,000-frame lag;
   the default before, whose runs were the grid's), and against 16 frames per step with the
-  target left at 1,000 steps (a 16,000-frame lag). A quarter of the learner's work per frame
-  buys about four times the frames per second where the learner sets the pace.
+  target left at 1,000 steps (a 16,000-frame lag), and against 32 frames per step with the
+  target copied every 125 (the same lag; 8 transitions replayed per frame, the DQN peers'
+  replay ratio). A quarter of the learner's work per frame buys about four times the frames
+  per second where the learner sets the pace.
 - ``reactor_lr``: Reactor's Adam step size on MinAtar at 5e-4 and 1e-3 (ACER's MinAtar default)
   against 2.5e-4 (the MinAtar DQN's, the default; the grid's ``reactor`` rows): at one learner
   step per 16 frames Reactor's Asterix and Seaquest returns are still rising at 1M frames, a
@@ -177,6 +179,15 @@ STUDIES: dict[str, dict] = {
                 "--acting-steps-per-learning-step",
                 "16",
                 *REACTOR_TARGET_1000,
+            ],
+            # Half the default's replay per frame, with the target's lag kept at 4,000 frames:
+            # 16 sequences of 16 steps per 32 frames replay 8 transitions per frame, the
+            # replay ratio of the DQN and QR-DQN peers (32 per 4 frames).
+            "32 frames per learner step, target every 125 steps": [
+                "--acting-steps-per-learning-step",
+                "32",
+                "--target-update-period",
+                "125",
             ],
         },
     },
