@@ -37,6 +37,10 @@ Studies (:data:`STUDIES`):
   against 2.5e-4 (the MinAtar DQN's, the default; the grid's ``reactor`` rows): at one learner
   step per 16 frames Reactor's Asterix and Seaquest returns are still rising at 1M frames, a
   quarter of the updates of the paper's ratio at the same step size.
+- ``reactor_epsilon``: Reactor's uniform mixing ε of the policy (1 − ε) softmax + ε/A at 0.1
+  against 0.01 (the default; the grid's ``reactor`` rows): the DQN and QR-DQN peers, which win
+  Asterix and Seaquest, act ε-greedily with ε 0.1 after their first 100k frames, and Reactor's
+  MinAtar policies are near-deterministic on the games it loses.
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
   default), both with the policy gradient stopped at the torso (the MinAtar default when it
   ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
@@ -198,6 +202,14 @@ STUDIES: dict[str, dict] = {
             # The default is the grid's reactor row (same command).
             "lr 5e-4": ["--lr", "5e-4"],
             "lr 1e-3": ["--lr", "1e-3"],
+        },
+    },
+    "reactor_epsilon": {
+        "algo": "reactor",
+        "baseline": "policy epsilon 0.01 (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "policy epsilon 0.1": ["--policy-epsilon", "0.1"],
         },
     },
     "reactor_entropy": {
