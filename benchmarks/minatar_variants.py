@@ -66,22 +66,23 @@ Studies (:data:`STUDIES`):
   (an older commit): how far a run's outcome moves under rounding-sized changes, to set
   beside the spread across seeds.
 - ``acer_lr``: ACER's Adam step size on MinAtar: 1e-4, 2.5e-4 (the MinAtar DQN's, the first
-  default) and 5e-4 (the second) against 1e-3, the default this study chose (the grid's
-  ``acer`` rows).
-- ``acer_gamma``: ACER's discount on MinAtar at γ 0.995 against 0.99 (the default, the grid's
-  ``acer`` rows): Seaquest's oxygen runs out after 200 frames, and surfacing with a rescued
-  diver pays off only beyond γ 0.99's ≈100-step horizon.
+  default) and 5e-4 (the second) against 1e-3, the default this study chose, all at a
+  constant entropy weight 0.01 (the default when they ran).
+- ``acer_gamma``: ACER's discount on MinAtar at γ 0.995 against 0.99 (the default), at the
+  step size and entropy weight of that time: Seaquest's oxygen runs out after 200 frames, and
+  surfacing with a rescued diver pays off only beyond γ 0.99's ≈100-step horizon.
 - ``acer_entropy``: ACER's entropy weight at 0.001 (the ACER paper's) and 0.003 against 0.01
-  (openai/baselines', the default).
-- ``acer_entropy_lr``: ACER's entropy weight at 0.003 against 0.01 (the default, the grid's
-  ``acer`` rows) at Adam 1e-3: at 5e-4 it won Freeway and cost Seaquest (``acer_entropy``).
+  (openai/baselines', the default then), at Adam 5e-4.
+- ``acer_entropy_lr``: ACER's entropy weight at 0.003 against 0.01 at Adam 1e-3: at 5e-4 it won
+  Freeway and cost Seaquest (``acer_entropy``).
 - ``acer_entropy_anneal``: ACER's entropy weight annealed linearly from 0.01 (openai/baselines')
-  at the first frame to 0.001 (the ACER paper's) at the last (``--entropy-coeff-final``),
-  against 0.01 throughout (the default, the grid's ``acer`` rows): 0.003 throughout won
-  Freeway and cost Asterix (``acer_entropy_lr``); exploring early and committing late might
-  keep both.
-- ``acer_replay``: ACER at replay ratio 8 against the paper's 4 (the default): twice the
-  off-policy updates per collected batch, at about twice the learner's cost per frame.
+  at the first frame to 0.001 (the ACER paper's) at the last (the MinAtar default, chosen by
+  this study; the grid's ``acer`` rows), against 0.01 throughout (``--entropy-coeff-final
+  none``, the default before): 0.003 throughout won Freeway and cost Asterix
+  (``acer_entropy_lr``); exploring early and committing late keeps Freeway's gain.
+- ``acer_replay``: ACER at replay ratio 8 against the paper's 4 (the default), at the step size
+  and entropy weight of that time: twice the off-policy updates per collected batch, at about
+  twice the learner's cost per frame.
 - ``a2c_torso``: A2C with one MinAtar torso shared by the policy and value heads, as the A3C
   paper's network shares all non-output layers (Mnih et al., 2016, arXiv:1602.01783,
   experimental setup), with linear heads (the paper's) or 2×64 tanh heads (PPO's MinAtar
@@ -289,13 +290,14 @@ STUDIES: dict[str, dict] = {
     },
     "acer_lr": {
         "algo": "acer",
-        "baseline": "lr 1e-3 (default)",
+        "baseline": "lr 1e-3 (default), entropy 0.01",
+        "baseline_from": ("acer_entropy_anneal", "entropy 0.01"),
         "variants": {
-            # The default is the grid's acer row (same command). 2.5e-4, the MinAtar DQN's
-            # step size, and then 5e-4 were the default before; their runs were the grid's.
-            "lr 1e-4": ["--lr", "1e-4"],
-            "lr 2.5e-4": ["--lr", "2.5e-4"],
-            "lr 5e-4": ["--lr", "5e-4"],
+            # 2.5e-4, the MinAtar DQN's step size, and then 5e-4 were the default before;
+            # their runs were the grid's. All at the constant entropy weight of that time.
+            "lr 1e-4": ["--lr", "1e-4", "--entropy-coeff-final", "none"],
+            "lr 2.5e-4": ["--lr", "2.5e-4", "--entropy-coeff-final", "none"],
+            "lr 5e-4": ["--lr", "5e-4", "--entropy-coeff-final", "none"],
         },
     },
     "acer_gamma": {
@@ -305,7 +307,7 @@ STUDIES: dict[str, dict] = {
         "variants": {
             # Seaquest's oxygen lasts 200 frames: the payoff of surfacing with a diver lies
             # beyond γ 0.99's ≈100-step horizon. Run at the step size of that time.
-            "gamma 0.995": ["--gamma", "0.995", "--lr", "5e-4"],
+            "gamma 0.995": ["--gamma", "0.995", "--lr", "5e-4", "--entropy-coeff-final", "none"],
         },
     },
     "acer_entropy": {
@@ -315,25 +317,40 @@ STUDIES: dict[str, dict] = {
         "variants": {
             # The ACER paper's entropy weight; 0.01 is openai/baselines'. Run at the step size
             # of that time.
-            "entropy 0.001": ["--entropy-coeff", "0.001", "--lr", "5e-4"],
-            "entropy 0.003": ["--entropy-coeff", "0.003", "--lr", "5e-4"],
+            "entropy 0.001": [
+                "--entropy-coeff",
+                "0.001",
+                "--lr",
+                "5e-4",
+                "--entropy-coeff-final",
+                "none",
+            ],
+            "entropy 0.003": [
+                "--entropy-coeff",
+                "0.003",
+                "--lr",
+                "5e-4",
+                "--entropy-coeff-final",
+                "none",
+            ],
         },
     },
     "acer_entropy_lr": {
         "algo": "acer",
-        "baseline": "entropy 0.01 (default)",
+        "baseline": "entropy 0.01 (the default then)",
+        "baseline_from": ("acer_entropy_anneal", "entropy 0.01"),
         "variants": {
-            # The default is the grid's acer row (same command): the entropy weight again,
-            # at the step size chosen since.
-            "entropy 0.003": ["--entropy-coeff", "0.003"],
+            # The entropy weight again, at the step size chosen since; constant, as then.
+            "entropy 0.003": ["--entropy-coeff", "0.003", "--entropy-coeff-final", "none"],
         },
     },
     "acer_entropy_anneal": {
         "algo": "acer",
-        "baseline": "entropy 0.01 (default)",
+        "baseline": "entropy 0.01 to 0.001 (default)",
         "variants": {
-            # The default is the grid's acer row (same command).
-            "entropy 0.01 to 0.001": ["--entropy-coeff-final", "0.001"],
+            # The default is the grid's acer row (same command); 0.01 throughout was the
+            # default before this study, and its runs were the grid's.
+            "entropy 0.01": ["--entropy-coeff-final", "none"],
         },
     },
     "acer_replay": {
@@ -344,7 +361,14 @@ STUDIES: dict[str, dict] = {
             # Twice the off-policy updates per collected batch: 16 replayed transitions per
             # frame against 8 (16 sequences of 20 steps, 4 times per 160 frames), which is
             # also the QR-DQN peer's 32 every 4 frames. Run at the step size of that time.
-            "replay ratio 8": ["--replay-ratio", "8", "--lr", "5e-4"],
+            "replay ratio 8": [
+                "--replay-ratio",
+                "8",
+                "--lr",
+                "5e-4",
+                "--entropy-coeff-final",
+                "none",
+            ],
         },
     },
     "a2c_torso": {

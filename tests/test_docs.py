@@ -52,6 +52,6 @@ def test_paper_values_are_cited_not_called_unverified():
     actor_doc = " ".join(inspect.getdoc(make_reactor_actor).split())
     assert "unverified" not in actor_doc and "separate policy and Q LSTMs" in actor_doc
     source = " ".join(inspect.getsource(acer).split())
-    assert "the paper's entropy is 0.001" in source
+    assert "annealed from openai/baselines' 0.01 at the first frame to the paper's 0.001" in source
     reactor_source = " ".join(inspect.getsource(reactor).split())
     assert "xlnwel" not in reactor_source

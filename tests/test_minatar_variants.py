@@ -281,29 +281,31 @@ def test_a_study_with_a_baseline_judges_each_variant_by_its_probability_of_impro
     }
     for game, seeds in finals.items():
         for seed, (mine, theirs) in seeds.items():
-            directory = bench.run_dir(tmp_path, "acer_lr", "lr 2.5e-4", game, seed)
-            fake_run(directory, "acer", seed, final=mine, curve=rows)
+            directory = bench.run_dir(tmp_path, "reactor_lr", "lr 5e-4", game, seed)
+            fake_run(directory, "reactor", seed, final=mine, curve=rows)
             fake_run(
-                grid_run(game, "acer", seed).directory(tmp_path),
-                "acer",
+                grid_run(game, "reactor", seed).directory(tmp_path),
+                "reactor",
                 seed,
                 final=theirs,
                 curve=rows,
             )
     # one seed of the other variant, on one game
-    directory = bench.run_dir(tmp_path, "acer_lr", "lr 1e-4", "Asterix", 1)
-    fake_run(directory, "acer", 1, final=0.5, curve=rows)
+    directory = bench.run_dir(tmp_path, "reactor_lr", "lr 1e-3", "Asterix", 1)
+    fake_run(directory, "reactor", 1, final=0.5, curve=rows)
     found = bench.summarize(tmp_path)
-    comparisons = {r["variant"]: r for r in bench.against_baseline("acer_lr", found["acer_lr"])}
-    asterix = comparisons["lr 2.5e-4"]["per_game"]["Asterix"]
+    comparisons = {
+        r["variant"]: r for r in bench.against_baseline("reactor_lr", found["reactor_lr"])
+    }
+    asterix = comparisons["lr 5e-4"]["per_game"]["Asterix"]
     assert asterix[:4] == (1.0, 1.0, 1.0, "above") and asterix[4] == 2
-    breakout = comparisons["lr 2.5e-4"]["per_game"]["Breakout"]
+    breakout = comparisons["lr 5e-4"]["per_game"]["Breakout"]
     assert breakout[0] == pytest.approx(0.5) and breakout[3] == "level"  # resamples span 0..1
-    overall = comparisons["lr 2.5e-4"]["overall"]
+    overall = comparisons["lr 5e-4"]["overall"]
     assert overall[0] == pytest.approx((1.0 + 0.5) / 2)  # the mean over the two games
     assert overall[1] <= overall[0] <= overall[2]
-    assert comparisons["lr 1e-4"]["overall"] is None  # one game: nothing to aggregate
+    assert comparisons["lr 1e-3"]["overall"] is None  # one game: nothing to aggregate
     md = bench.markdown(found)
-    assert "| lr 2.5e-4 | " in md
+    assert "| lr 5e-4 | " in md
     assert "| above, 1.00 [1.00, 1.00] | level, 0.50 [0.00, 1.00] |" in md
-    assert "| lr 1e-4 | — | one seed, 0.00 | — |" in md
+    assert "| lr 1e-3 | — | one seed, 0.00 | — |" in md

@@ -92,6 +92,7 @@ class ACERConfig(RunConfig):
             "lr": 1e-3,
             "reward_scale": 1.0,
             "entropy_coeff": 0.01,
+            "entropy_coeff_final": 0.001,
             "replay_ratio": 4.0,
             "replay_capacity": 100_000,
             "replay_start": 5_000,
@@ -127,8 +128,9 @@ class ACERConfig(RunConfig):
     ratio 4 (Wang et al., 2017, arXiv:1611.01224v2, §6). MinAtar: the MinAtar DQN's replay
     (100k frames, learning after 5k; Young & Tian, 2019, arXiv:1903.03176), Adam 1e-3 (four
     times that DQN's 2.5e-4: measured higher over the five games), reward scale 1 (MinAtar's
-    rewards are small integers), entropy 0.01 and 16 sequences per update (openai/baselines;
-    the paper's entropy is 0.001). Atari: a 50k-frame
+    rewards are small integers), 16 sequences per update (openai/baselines), and the entropy
+    weight annealed from openai/baselines' 0.01 at the first frame to the paper's 0.001 at the
+    last (higher on Freeway, level on the other four games). Atari: a 50k-frame
     replay in memory-mapped files and Adam 1e-4, a starting point not measured here. MuJoCo:
     two 256-unit layers (SB3 zoo), normalised observations (the zoo's ``normalize: true``), σ
     from 0.5, Adam 3e-4, a 200k-frame replay filled to 10k first, reward scale 0.1. How each
@@ -168,11 +170,10 @@ class ACERConfig(RunConfig):
     average_policy_decay: float = 0.99
     """α of the Polyak-averaged policy."""
     entropy_coeff_final: float | None = None
-    """The entropy weight at the last frame, reached linearly from ``entropy_coeff`` at the
-    first (:func:`entropy_coeff_at`); ``None`` keeps ``entropy_coeff`` throughout, as the
-    paper does. A departure for runs that need exploration early and a decisive policy late
-    (on MinAtar, 0.01 → 0.001: study ``acer_entropy_anneal`` of
-    ``benchmarks/results/minatar_variants.md``)."""
+    """The entropy weight at the last frame, reached linearly from ``entropy_coeff``
+    (:func:`entropy_coeff_at`); ``None`` keeps it constant, as the paper does. A departure
+    for runs that need exploration early and a decisive policy late: the MinAtar default,
+    0.01 → 0.001 (study ``acer_entropy_anneal`` of ``benchmarks/results/minatar_variants.md``)."""
     replay_ratio: float = 16.0
     """Mean number of off-policy updates per on-policy update (Poisson; paper: 4)."""
     replay_capacity: int = 50_000
