@@ -95,6 +95,9 @@ Studies (:data:`STUDIES`):
   against the default (the grid's ``ppo`` rows): does the one-update lag cost return? Their
   speed is ``ppo_speed.py``'s, measured one run at a time (two overlapped runs on two cores
   have no core to overlap on, so this study's fps column says nothing about it).
+- ``reactor_overlap``: Reactor with ``--overlap-collection`` (acting beside learning, one
+  batch behind, bit-reproducible) against the default (the grid's ``reactor`` rows): does
+  the one-batch lag cost return? Its speed is ``train_fps.py``'s, one run at a time.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -395,6 +398,14 @@ STUDIES: dict[str, dict] = {
                 "32",
                 "--overlap-collection",
             ],
+        },
+    },
+    "reactor_overlap": {
+        "algo": "reactor",
+        "baseline": "collection between learner steps (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "collection beside learning": ["--overlap-collection"],
         },
     },
 }

@@ -14,6 +14,12 @@ Writes ``benchmarks/results/train_fps.{md,json}``; finished runs are kept under
 ``benchmarks/results/train_fps/`` (not committed) and skipped when the script runs again with
 the same baseline.
 
+``--flags`` adds ``ac-train`` arguments to this tree's runs only, so that one setting can be
+measured against the baseline's defaults (its runs are kept apart from the plain ones):
+
+    python benchmarks/train_fps.py --baseline f6938a9 --algorithms reactor \
+        --envs MinAtar/Breakout-v1 --flags=--overlap-collection
+
 Each case also says whether the two codes learned the same curve (the ``train/return_window``
 log of the first repeat, value for value), and ``--threshold-seeds`` adds frames to CartPole's
 475 with each algorithm's default budget, per seed, for both codes:
@@ -88,10 +94,10 @@ def train(code: Path, algorithm: str, env: str, out: Path, args: list[str]) -> N
     subprocess.run(command, check=True, env=environ, stdout=subprocess.DEVNULL, cwd=code)
 
 
-def run_once(code: Path, algorithm: str, env: str, out: Path) -> float:
+def run_once(code: Path, algorithm: str, env: str, out: Path, flags: tuple[str, ...] = ()) -> float:
     """One fps case run with the package found under ``code``; its steady-state fps."""
     frames, extra = CASES[(algorithm, env)]
-    train(code, algorithm, env, out, ["--frames", str(frames), "--seed", "1", *extra])
+    train(code, algorithm, env, out, ["--frames", str(frames), "--seed", "1", *extra, *flags])
     return steady_fps(out, algorithm)
 
 
@@ -108,8 +114,9 @@ def measure(
     cases: list[tuple[str, str]],
     repeats: int,
     threshold: tuple[list[str], list[int]] = ((), ()),
+    flags: tuple[str, ...] = (),
 ) -> dict:
-    """Measure every case with the baseline's code and this tree's, alternating."""
+    """Measure every case with the baseline's code and this tree's (with ``flags``), alternating."""
     sha = subprocess.run(
         ["git", "rev-parse", "--short", baseline],
         cwd=ROOT,
@@ -117,7 +124,9 @@ def measure(
         capture_output=True,
         text=True,
     ).stdout.strip()
-    results: dict = {"baseline": sha, "cases": {}, "threshold": {}}
+    results: dict = {"baseline": sha, "flags": list(flags), "cases": {}, "threshold": {}}
+    # this tree's runs with flags are kept apart from its plain ones
+    current = "current" + "".join(f"_{f.strip('-').replace('=', '_')}" for f in flags)
     with tempfile.TemporaryDirectory() as tmp:
         worktree = Path(tmp) / "baseline"
         subprocess.run(
@@ -132,16 +141,18 @@ def measure(
                 row: dict = {"baseline": [], "current": []}
                 for repeat in range(repeats):
                     for label, code in (("baseline", worktree), ("current", ROOT)):
-                        out = RUNS / sha / label / f"{name}-{repeat}"
+                        folder = current if label == "current" else label
+                        out = RUNS / sha / folder / f"{name}-{repeat}"
                         done = out / "fps.json"
                         if done.is_file():
                             fps = json.loads(done.read_text())["fps"]
                         else:
-                            fps = run_once(code, algorithm, env, out)
+                            extra = flags if label == "current" else ()
+                            fps = run_once(code, algorithm, env, out, extra)
                             done.write_text(json.dumps({"fps": fps}) + "\n")
                         row[label].append(fps)
                         print(f"{name} {label} #{repeat}: {fps:,.0f} fps", flush=True)
-                runs = [RUNS / sha / label / f"{name}-0" for label in ("baseline", "current")]
+                runs = [RUNS / sha / folder / f"{name}-0" for folder in ("baseline", current)]
                 row["same_curve"] = same_curve(*(curve(run, algorithm) for run in runs))
                 results["cases"][f"{algorithm} {env}"] = row
             for algorithm in threshold[0]:
@@ -164,7 +175,8 @@ def table(results: dict) -> str:
         "",
         f"Baseline: commit `{results['baseline']}`; produced by `benchmarks/train_fps.py`. "
         "Steady-state fps (middle to end of each run), median of the repeats, one run at a "
-        "time on this machine; ratio = this code / baseline.",
+        "time on this machine; ratio = this code / baseline."
+        + (f" This code ran with `{' '.join(results['flags'])}`." if results.get("flags") else ""),
         "",
         "| algorithm | env | baseline fps | this code fps | ratio | same curve |",
         "|---|---|---|---|---|---|",
@@ -214,10 +226,16 @@ def main() -> None:
     parser.add_argument("--name", default="train_fps", help="result files' name")
     parser.add_argument("--threshold-seeds", type=int, nargs="*", default=[])
     parser.add_argument("--threshold-algorithms", nargs="*", default=["ppo", "a2c"])
+    parser.add_argument(
+        "--flags",
+        nargs="*",
+        default=[],
+        help="ac-train arguments for this tree's fps runs only (write --flags=--opt for one)",
+    )
     args = parser.parse_args()
     cases = [(a, e) for e in args.envs for a in args.algorithms if (a, e) in CASES]
     threshold = (args.threshold_algorithms if args.threshold_seeds else [], args.threshold_seeds)
-    results = measure(args.baseline, cases, args.repeats, threshold)
+    results = measure(args.baseline, cases, args.repeats, threshold, tuple(args.flags))
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     write_markdown(RESULTS / f"{args.name}.md", table(results))
     print(table(results))

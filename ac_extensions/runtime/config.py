@@ -100,6 +100,16 @@ class RunConfig:
     learner would otherwise leave cores idle; the batch order depends on timing, so runs are
     not bit-reproducible. Local backend only."""
 
+    overlap_collection: bool = False
+    """Collect the next batch while the learner trains on this one, and stay bit-reproducible.
+    Each batch is collected with the weights from before the learning that runs beside it (one
+    batch behind; each step's behaviour statistics are stored with it, so PPO's ratio and the
+    off-policy corrections of ACER and Reactor stay exact), at points fixed by the batch count,
+    so the same seed gives the same run (:class:`~ac_extensions.runtime.OverlappedCollector`).
+    Faster where collection and learning each fill a core; the Reactor paper acts beside
+    learning too (Gruslys et al., 2018, arXiv:1704.04651v2), here with the lag fixed. Off by
+    default: the one-batch lag changes the numerics. Local, synchronous collection only."""
+
     FAMILY_DEFAULTS: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "minatar": {"frames": 5_000_000, "gamma": 0.99},
         "atari": {"frames": 10_000_000, "gamma": 0.99, "reward_clip": 1.0},
@@ -197,6 +207,11 @@ class RunConfig:
             raise ValueError(f"reward_clip must be None or finite and > 0, got {self.reward_clip}")
         if self.async_collection and self.backend != "local":
             raise ValueError(f"async_collection needs backend 'local', got {self.backend!r}")
+        if self.overlap_collection and (self.backend != "local" or self.async_collection):
+            raise ValueError(
+                "overlap_collection needs backend 'local' and async_collection=False, got "
+                f"backend={self.backend!r}, async_collection={self.async_collection}"
+            )
 
     @property
     def frames_per_batch(self) -> int:
@@ -277,14 +292,6 @@ class OnPolicyConfig(RunConfig):
     normalize_rewards: bool = False
     """Divide rewards by the running standard deviation of the discounted return (SB3's rule).
     :class:`~ac_extensions.modules.RewardNormalizer`, SB3's ``VecNormalize`` rule."""
-    overlap_collection: bool = False
-    """Collect the next batch while the learner trains on this one, and stay bit-reproducible.
-    Each batch is collected with the weights from before the update that runs beside it (one
-    update behind; the behaviour log-probabilities are stored, so PPO's ratio stays exact),
-    at points fixed by the batch count, so the same seed gives the same run
-    (:class:`~ac_extensions.runtime.OverlappedCollector`). Faster where collection and the
-    update each fill a core. Off by default: the stale batch changes the numerics. Local,
-    synchronous collection only."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -297,11 +304,6 @@ class OnPolicyConfig(RunConfig):
                 "normalize_rewards with async_collection needs workers=1: the running returns "
                 "follow each env's rows, which asynchronous batches from different workers "
                 f"interleave (got workers={self.workers})"
-            )
-        if self.overlap_collection and (self.backend != "local" or self.async_collection):
-            raise ValueError(
-                "overlap_collection needs backend 'local' and async_collection=False, got "
-                f"backend={self.backend!r}, async_collection={self.async_collection}"
             )
         if self.share_torso and self.recurrent is not None:
             raise ValueError(

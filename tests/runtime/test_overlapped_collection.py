@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from ac_extensions.recipes import PPOConfig
+from ac_extensions.recipes import A2CConfig, ACERConfig, PPOConfig, ReactorConfig
 from ac_extensions.runtime import OverlappedCollector
 
 WAIT = 10.0
@@ -97,11 +97,13 @@ def test_shutdown_stops_the_wrapped_collector_and_other_attributes_pass_through(
     assert fake.stopped
 
 
+@pytest.mark.parametrize("config_class", [A2CConfig, PPOConfig, ACERConfig, ReactorConfig])
 @pytest.mark.parametrize(
     "options",
     [{"backend": "ray"}, {"async_collection": True}],
     ids=["ray", "async"],
 )
-def test_overlap_collection_needs_local_synchronous_collection(options):
+def test_overlap_collection_needs_local_synchronous_collection(config_class, options):
+    assert config_class(overlap_collection=True).overlap_collection  # every recipe takes it
     with pytest.raises(ValueError, match="overlap_collection needs backend 'local'"):
-        PPOConfig(overlap_collection=True, **options)
+        config_class(overlap_collection=True, **options)
