@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+import pytest
+
+from tests._helpers import load_script
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_fps.py"
 
 
-def load():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("train_fps", BENCH / "train_fps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def bench():
+    yield from load_script(SCRIPT, "_train_fps_under_test")
 
 
-def test_flags_reach_this_trees_runs_only_and_the_page_says_so(tmp_path, monkeypatch):
-    bench = load()
+def test_flags_reach_this_trees_runs_only_and_the_page_says_so(bench, tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "RUNS", tmp_path)
     git = []
     monkeypatch.setattr(
@@ -57,7 +55,6 @@ def test_flags_reach_this_trees_runs_only_and_the_page_says_so(tmp_path, monkeyp
     assert calls == []
 
 
-def test_without_flags_the_page_has_no_flag_sentence():
-    bench = load()
+def test_without_flags_the_page_has_no_flag_sentence(bench):
     results = {"baseline": "abc1234", "cases": {}, "threshold": {}}
     assert "This code ran with" not in bench.table(results)
