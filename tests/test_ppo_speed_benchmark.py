@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+import pytest
+
+from tests._helpers import load_script
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ppo_speed.py"
 
 
-def load():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("ppo_speed", BENCH / "ppo_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def bench():
+    yield from load_script(SCRIPT, "_ppo_speed_under_test")
 
 
 def fake_runs(bench, monkeypatch, seconds):
@@ -29,8 +28,7 @@ def fake_runs(bench, monkeypatch, seconds):
     return calls
 
 
-def test_runs_alternate_and_the_table_gives_median_fps_and_ratios(tmp_path, monkeypatch):
-    bench = load()
+def test_runs_alternate_and_the_table_gives_median_fps_and_ratios(bench, tmp_path, monkeypatch):
     seconds = {
         "ours": iter([1.0, 4.0, 2.0]),
         "overlap": iter([1.0, 1.0, 4.0]),
@@ -59,8 +57,7 @@ def test_runs_alternate_and_the_table_gives_median_fps_and_ratios(tmp_path, monk
     assert "--sides" not in table  # all sides: the default command
 
 
-def test_a_subset_of_sides_runs_alone_and_the_command_names_it(tmp_path, monkeypatch):
-    bench = load()
+def test_a_subset_of_sides_runs_alone_and_the_command_names_it(bench, tmp_path, monkeypatch):
     seconds = {"compiled": iter([2.0]), "ours": iter([4.0]), "sb3": iter([1.0])}
     calls = fake_runs(bench, monkeypatch, seconds)
     argv = ["--envs", "E-v0", "--frames", "1000", "--repeats", "1", "--results", str(tmp_path)]
