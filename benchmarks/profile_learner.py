@@ -10,6 +10,7 @@ steps for the heaviest ops and cProfile for the heaviest Python functions.
     python benchmarks/profile_learner.py --label after
     PYTHONPATH=/path/to/older/checkout python benchmarks/profile_learner.py --label before
     python benchmarks/profile_learner.py --label compile --compile static  # torch.compile
+    python benchmarks/profile_learner.py --label compile_loss --compile loss  # the whole loss
     python benchmarks/profile_learner.py --label cuda --env MinAtar/Breakout-v1 --device cuda
     python benchmarks/profile_learner.py --label graphs --device cuda --compile reduce-overhead
     python benchmarks/profile_learner.py --label b8 --env MinAtar/Breakout-v1 --set batch_size=8
@@ -96,6 +97,13 @@ def compile_networks(loss, mode: str) -> int:
     return count
 
 
+def graph_breaks() -> int:
+    """Graph breaks torch.compile has met in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
 def timed_step(loss, optimizer, target, replay, config, autocast=None) -> dict[str, float]:
     """One learner step (as ``learner_step``), seconds per phase.
 
@@ -156,10 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--compile",
-        choices=("off", "static", "dynamic", "reduce-overhead"),
+        choices=("off", "static", "dynamic", "reduce-overhead", "loss"),
         default="off",
-        help="torch.compile the network modules (static or dynamic shapes, or CUDA graphs) "
-        "before timing",
+        help="torch.compile the network modules (static or dynamic shapes, or CUDA graphs), "
+        "or the whole loss (loss), before timing",
     )
     parser.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda")
     parser.add_argument(
@@ -199,17 +207,20 @@ def main(argv: list[str] | None = None) -> None:
     else:
         cpu_config = dataclasses.replace(config, device="cpu")
         fill(cpu_config, build(cpu_config)[1], replay, args.fill)
-    compiled = 0
-    if args.compile != "off":
+    compiled, compute = 0, loss
+    if args.compile == "loss":  # the whole loss, as PPOConfig.compile_loss compiles PPO's
+        compiled, compute = 1, torch.compile(loss)
+    elif args.compile != "off":
         compiled = compile_networks(loss, args.compile)
     warm_up = time.process_time()
     for _ in range(20 if compiled else 5):  # compiling (and recompiling) happens here
-        timed_step(loss, optimizer, target, replay, config, autocast)
+        timed_step(compute, optimizer, target, replay, config, autocast)
     warm_up = time.process_time() - warm_up
     repeats = []
     for _ in range(args.repeats):
         steps = [
-            timed_step(loss, optimizer, target, replay, config, autocast) for _ in range(args.steps)
+            timed_step(compute, optimizer, target, replay, config, autocast)
+            for _ in range(args.steps)
         ]
         repeats.append({p: 1e3 * sum(s[p] for s in steps) / len(steps) for p in PHASES})
     phases = {p: statistics.median(r[p] for r in repeats) for p in PHASES}
@@ -219,12 +230,12 @@ def main(argv: list[str] | None = None) -> None:
 
     with profile() as prof:
         for _ in range(10):
-            timed_step(loss, optimizer, target, replay, config, autocast)
+            timed_step(compute, optimizer, target, replay, config, autocast)
     ops = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(20):
-        timed_step(loss, optimizer, target, replay, config, autocast)
+        timed_step(compute, optimizer, target, replay, config, autocast)
     profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
@@ -239,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
         "source": str(Path(ac_extensions.__file__).parent),
         "device": config.device,
         "clock": "wall, synchronised" if config.device.startswith("cuda") else "process CPU",
-        "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s)",
+        "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s"
+        + (f", {graph_breaks()} graph breaks)" if compiled else ")"),
         "settings": settings,
         "autocast": args.autocast,
         "transitions_per_step": config.batch_size * config.sequence_length,
