@@ -196,8 +196,12 @@ def test_collector_workers_exit_when_the_learner_is_killed(method, algorithm, fl
             f"no {workers} workers and 3 batches within 90 s; learner's descendants: "
             f"{_describe(processes, processes)}; log:\n{log.read_text()[-3000:]}"
         )
+        # Count the workers alive now, not every descendant seen so far: a child forked for a
+        # moment (a probe caught before its exec) carries the learner's command line too.
+        assert _wait_until(
+            lambda: len(_workers(_descendants(learner.pid), command)) == workers, timeout=10
+        ), _describe(processes, processes)
         processes.update(_descendants(learner.pid))  # all of them, just before the kill
-        assert len(_workers(processes, command)) == workers, _describe(processes, processes)
 
         os.kill(learner.pid, signal.SIGKILL)
         killed = time.monotonic()
