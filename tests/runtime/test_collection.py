@@ -198,10 +198,15 @@ def test_collector_workers_exit_when_the_learner_is_killed(method, algorithm, fl
         )
         # Count the workers alive now, not every descendant seen so far: a child forked for a
         # moment (a probe caught before its exec) carries the learner's command line too.
-        assert _wait_until(
-            lambda: len(_workers(_descendants(learner.pid), command)) == workers, timeout=10
-        ), _describe(processes, processes)
-        processes.update(_descendants(learner.pid))  # all of them, just before the kill
+        alive: dict[Process, str] = {}
+
+        def exactly_the_workers() -> bool:
+            alive.clear()
+            alive.update(_descendants(learner.pid))
+            return len(_workers(alive, command)) == workers
+
+        assert _wait_until(exactly_the_workers, timeout=10), _describe(alive, alive)
+        processes.update(alive)  # all of them, just before the kill
 
         os.kill(learner.pid, signal.SIGKILL)
         killed = time.monotonic()
