@@ -98,6 +98,14 @@ Studies (:data:`STUDIES`):
 - ``reactor_overlap``: Reactor with ``--overlap-collection`` (acting beside learning, one
   batch behind, bit-reproducible) against the default (the grid's ``reactor`` rows): does
   the one-batch lag cost return? Its speed is ``train_fps.py``'s, one run at a time.
+- ``reactor_width``: Reactor's policy and critic branches 128 wide instead of 64 (the
+  default; the grid's ``reactor`` rows) on the games it loses to QR-DQN: each branch is one
+  tanh layer on the MinAtar torso's 128 features, while the QR-DQN peer puts its quantile head
+  straight on those 128.
+- ``reactor_target``: Reactor's target network copied every 62 learner steps (992 frames, the
+  QR-DQN peer's 1,000) instead of every 250 (4,000 frames, the default; the grid's
+  ``reactor`` rows), on the games it loses to QR-DQN: both climb late, and a fresher target
+  passes value back faster.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -406,6 +414,22 @@ STUDIES: dict[str, dict] = {
         "variants": {
             # The default is the grid's reactor row (same command).
             "collection beside learning": ["--overlap-collection"],
+        },
+    },
+    "reactor_width": {
+        "algo": "reactor",
+        "baseline": "branches 64 wide (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "branches 128 wide": ["--recurrent-size", "128"],
+        },
+    },
+    "reactor_target": {
+        "algo": "reactor",
+        "baseline": "target every 250 learner steps (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "target every 62 learner steps": ["--target-update-period", "62"],
         },
     },
 }
