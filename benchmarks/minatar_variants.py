@@ -26,7 +26,8 @@ Studies (:data:`STUDIES`):
   frame: each learner step replays 16 × 16 = 256 steps, so 64 or 16 replayed steps per frame;
   MinAtar's DQN replays 32), over 100k frames.
 - ``reactor_ratio``: Reactor's MinAtar default, 16 frames per learner step with the target
-  network copied every 250 learner steps (the grid's ``reactor`` rows), against the paper's
+  network copied every 250 learner steps (chosen by this study, with branches 64 wide, the
+  default then: ``reactor_width``'s variant), against the paper's
   ratio of 4 frames per step with the target copied every 1,000 (the same 4,000-frame lag;
   the default before, whose runs were the grid's), and against 16 frames per step with the
   target left at 1,000 steps (a 16,000-frame lag), and against 32 frames per step with the
@@ -34,13 +35,13 @@ Studies (:data:`STUDIES`):
   replay ratio). A quarter of the learner's work per frame buys about four times the frames
   per second where the learner sets the pace.
 - ``reactor_lr``: Reactor's Adam step size on MinAtar at 5e-4 and 1e-3 (ACER's MinAtar default)
-  against 2.5e-4 (the MinAtar DQN's, the default; the grid's ``reactor`` rows): at one learner
-  step per 16 frames Reactor's Asterix and Seaquest returns are still rising at 1M frames, a
-  quarter of the updates of the paper's ratio at the same step size.
+  against 2.5e-4 (the MinAtar DQN's, the default), branches 64 wide (the default then): at
+  one learner step per 16 frames Reactor's Asterix and Seaquest returns are still rising at
+  1M frames, a quarter of the updates of the paper's ratio at the same step size.
 - ``reactor_epsilon``: Reactor's uniform mixing ε of the policy (1 − ε) softmax + ε/A at 0.1
-  against 0.01 (the default; the grid's ``reactor`` rows): the DQN and QR-DQN peers, which win
-  Asterix and Seaquest, act ε-greedily with ε 0.1 after their first 100k frames, and Reactor's
-  MinAtar policies are near-deterministic on the games it loses.
+  against 0.01 (the default), branches 64 wide (the default then): the DQN and QR-DQN peers,
+  which win Asterix and Seaquest, act ε-greedily with ε 0.1 after their first 100k frames,
+  and Reactor's MinAtar policies are near-deterministic on the games it loses.
 - ``reactor_entropy``: Reactor's entropy bonus at 0.001 instead of A3C/ACER's 0.01 (the
   default), both with the policy gradient stopped at the torso (the MinAtar default when it
   ran; the 0.01 runs are ``reactor_torso``'s variant). On Freeway that setting's policy stayed
@@ -96,12 +97,13 @@ Studies (:data:`STUDIES`):
   speed is ``ppo_speed.py``'s, measured one run at a time (two overlapped runs on two cores
   have no core to overlap on, so this study's fps column says nothing about it).
 - ``reactor_overlap``: Reactor with ``--overlap-collection`` (acting beside learning, one
-  batch behind, bit-reproducible) against the default (the grid's ``reactor`` rows): does
+  batch behind, bit-reproducible) against the default, both with branches 64 wide (the
+  default then): does
   the one-batch lag cost return? Its speed is ``train_fps.py``'s, one run at a time.
-- ``reactor_width``: Reactor's policy and critic branches 128 wide instead of 64 (the
-  default; the grid's ``reactor`` rows) on the games it loses to QR-DQN: each branch is one
-  tanh layer on the MinAtar torso's 128 features, while the QR-DQN peer puts its quantile head
-  straight on those 128.
+- ``reactor_width``: Reactor's policy and critic branches 128 wide (the MinAtar default,
+  chosen by this study; the grid's ``reactor`` rows) against 64 (``--recurrent-size 64``, the
+  default before): each branch is one tanh layer on the MinAtar torso's 128 features, while
+  the QR-DQN peer that wins Asterix and Seaquest puts its quantile head straight on those 128.
 - ``reactor_target``: Reactor's target network copied every 62 learner steps (992 frames, the
   QR-DQN peer's 1,000) instead of every 250 (4,000 frames, the default; the grid's
   ``reactor`` rows), on the games it loses to QR-DQN: both climb late, and a fresher target
@@ -149,9 +151,17 @@ REACTOR_TARGET_1000 = ["--target-update-period", "1000"]
 """Reactor's target copied every 1,000 learner steps, its MinAtar default before 16 frames per
 learner step (and 250 steps) replaced it: the older Reactor studies spell it out to reproduce
 their runs."""
-REACTOR_4_FRAMES = ["--acting-steps-per-learning-step", "4", *REACTOR_TARGET_1000]
+REACTOR_64_WIDE = ["--recurrent-size", "64"]
+"""Reactor's branches 64 wide, its MinAtar default before ``reactor_width`` chose 128: the
+older Reactor studies spell it out to reproduce their runs."""
+REACTOR_4_FRAMES = [
+    "--acting-steps-per-learning-step",
+    "4",
+    *REACTOR_TARGET_1000,
+    *REACTOR_64_WIDE,
+]
 """One Reactor learner step per 4 frames with the target every 1,000 steps (the paper's ratio,
-the MinAtar default when those studies ran)."""
+the MinAtar default when those studies ran), branches 64 wide."""
 STUDIES: dict[str, dict] = {
     "ppo_torso": {
         "algo": "ppo",
@@ -178,14 +188,16 @@ STUDIES: dict[str, dict] = {
                 "--acting-steps-per-learning-step",
                 "16",
                 *REACTOR_TARGET_1000,
+                *REACTOR_64_WIDE,
             ],
         },
     },
     "reactor_ratio": {
         "algo": "reactor",
-        "baseline": "16 frames per learner step, target every 250 steps (default)",
+        "baseline": "16 frames per learner step, target every 250 steps (default), 64 wide",
+        "baseline_from": ("reactor_width", "branches 64 wide"),
         "variants": {
-            # The default is the grid's reactor row (same command), chosen by this study. The
+            # The default chosen by this study, at the branch width of that time. The
             # paper's ratio, one learner step per 4 frames with the target copied every 1,000
             # steps (the same 4,000-frame lag), was the default before; its runs were the grid's.
             "4 frames per learner step, target every 1,000 steps": REACTOR_4_FRAMES,
@@ -195,6 +207,7 @@ STUDIES: dict[str, dict] = {
                 "--acting-steps-per-learning-step",
                 "16",
                 *REACTOR_TARGET_1000,
+                *REACTOR_64_WIDE,
             ],
             # Half the default's replay per frame, with the target's lag kept at 4,000 frames:
             # 16 sequences of 16 steps per 32 frames replay 8 transitions per frame, the
@@ -204,24 +217,27 @@ STUDIES: dict[str, dict] = {
                 "32",
                 "--target-update-period",
                 "125",
+                *REACTOR_64_WIDE,
             ],
         },
     },
     "reactor_lr": {
         "algo": "reactor",
-        "baseline": "lr 2.5e-4 (default)",
+        "baseline": "lr 2.5e-4 (default), branches 64 wide",
+        "baseline_from": ("reactor_width", "branches 64 wide"),
         "variants": {
-            # The default is the grid's reactor row (same command).
-            "lr 5e-4": ["--lr", "5e-4"],
-            "lr 1e-3": ["--lr", "1e-3"],
+            # At the branch width of that time.
+            "lr 5e-4": ["--lr", "5e-4", *REACTOR_64_WIDE],
+            "lr 1e-3": ["--lr", "1e-3", *REACTOR_64_WIDE],
         },
     },
     "reactor_epsilon": {
         "algo": "reactor",
-        "baseline": "policy epsilon 0.01 (default)",
+        "baseline": "policy epsilon 0.01 (default), branches 64 wide",
+        "baseline_from": ("reactor_width", "branches 64 wide"),
         "variants": {
-            # The default is the grid's reactor row (same command).
-            "policy epsilon 0.1": ["--policy-epsilon", "0.1"],
+            # At the branch width of that time.
+            "policy epsilon 0.1": ["--policy-epsilon", "0.1", *REACTOR_64_WIDE],
         },
     },
     "reactor_entropy": {
@@ -410,18 +426,20 @@ STUDIES: dict[str, dict] = {
     },
     "reactor_overlap": {
         "algo": "reactor",
-        "baseline": "collection between learner steps (default)",
+        "baseline": "collection between learner steps (default), branches 64 wide",
+        "baseline_from": ("reactor_width", "branches 64 wide"),
         "variants": {
-            # The default is the grid's reactor row (same command).
-            "collection beside learning": ["--overlap-collection"],
+            # At the branch width of that time.
+            "collection beside learning": ["--overlap-collection", *REACTOR_64_WIDE],
         },
     },
     "reactor_width": {
         "algo": "reactor",
-        "baseline": "branches 64 wide (default)",
+        "baseline": "branches 128 wide (default)",
         "variants": {
-            # The default is the grid's reactor row (same command).
-            "branches 128 wide": ["--recurrent-size", "128"],
+            # The default is the grid's reactor row (same command), chosen by this study; 64
+            # wide was the default before, and its runs were the grid's.
+            "branches 64 wide": REACTOR_64_WIDE,
         },
     },
     "reactor_target": {

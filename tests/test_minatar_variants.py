@@ -139,7 +139,8 @@ def test_summary_reads_each_run_at_its_fractions(bench, tmp_path):
     md = bench.markdown(found)
     assert (
         "| 16 frames per learner step | `--acting-steps-per-learning-step 16 "
-        "--target-update-period 1000` | Breakout | 1, 2 | 3,000 | — | 1.50 | 4.50 | 75 |" in md
+        "--target-update-period 1000 --recurrent-size 64` | Breakout | 1, 2 | 3,000 | — | 1.50 "
+        "| 4.50 | 75 |" in md
     )
     assert "ppo_torso" not in md  # no runs, no table
 
@@ -201,9 +202,9 @@ def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path
         curve=[(r[0], 2 * r[1], *r[2:]) for r in rows],
         fps=50.0,
     )
-    # Neither the grid's run of the same game and seed (today's default) is the entropy
-    # study's baseline, nor is it the torso study's: that is the ratio study's variant, the
-    # default when the torso study ran.
+    # The grid's run of the same game and seed (today's default) is the baseline of none of
+    # these studies: the torso study's is the ratio study's variant, the default when the
+    # torso study ran, and the ratio study's is the width study's 64-wide variant.
     grid_run = sys.modules["minatar_grid"].Run
     fake_run(
         grid_run("Freeway", "reactor", 1).directory(tmp_path),
@@ -211,6 +212,13 @@ def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path
         1,
         final=99.0,
         curve=[(r[0], 20 * r[1], *r[2:]) for r in rows],
+    )
+    fake_run(
+        bench.run_dir(tmp_path, "reactor_width", "branches 64 wide", "Freeway", 1),
+        "reactor",
+        1,
+        final=77.0,
+        curve=[(r[0], 15 * r[1], *r[2:]) for r in rows],
     )
     then = "4 frames per learner step, target every 1,000 steps"
     fake_run(
@@ -227,9 +235,9 @@ def test_a_baseline_from_another_study_reads_that_studys_variant(bench, tmp_path
     torso_baseline = bench.STUDIES["reactor_torso"]["baseline"]
     assert found["reactor_torso"][torso_baseline]["Freeway"][0]["final_mean_return"] == 40.0
     ratio_baseline = bench.STUDIES["reactor_ratio"]["baseline"]
-    assert found["reactor_ratio"][ratio_baseline]["Freeway"][0]["final_mean_return"] == 99.0
+    assert found["reactor_ratio"][ratio_baseline]["Freeway"][0]["final_mean_return"] == 77.0
     md = bench.markdown(found)
-    old_ratio = "--acting-steps-per-learning-step 4 --target-update-period 1000"
+    old_ratio = "--acting-steps-per-learning-step 4 --target-update-period 1000 --recurrent-size 64"
     assert (
         f"| {baseline} | `--policy-torso-gradient false {old_ratio}` | Freeway | 1 | 4,000 "
         "| 2.00 | 4.00 | 8.00 | 50 |" in md
@@ -273,6 +281,7 @@ def test_a_recorded_baseline_keeps_the_rows_of_the_previous_summary(bench, tmp_p
 def test_a_study_with_a_baseline_judges_each_variant_by_its_probability_of_improvement(
     bench, tmp_path
 ):
+    fast, wide = "overlapped collection", "32 envs × 32 steps, overlapped"
     rows = [(1000, 1.0, 100, 1.0), (2000, 2.0, 100, 2.0)]
     grid_run = sys.modules["minatar_grid"].Run
     finals = {  # game -> seed -> (variant's, grid baseline's)
@@ -281,31 +290,31 @@ def test_a_study_with_a_baseline_judges_each_variant_by_its_probability_of_impro
     }
     for game, seeds in finals.items():
         for seed, (mine, theirs) in seeds.items():
-            directory = bench.run_dir(tmp_path, "reactor_lr", "lr 5e-4", game, seed)
-            fake_run(directory, "reactor", seed, final=mine, curve=rows)
+            directory = bench.run_dir(tmp_path, "ppo_overlap", fast, game, seed)
+            fake_run(directory, "ppo", seed, final=mine, curve=rows)
             fake_run(
-                grid_run(game, "reactor", seed).directory(tmp_path),
-                "reactor",
+                grid_run(game, "ppo", seed).directory(tmp_path),
+                "ppo",
                 seed,
                 final=theirs,
                 curve=rows,
             )
     # one seed of the other variant, on one game
-    directory = bench.run_dir(tmp_path, "reactor_lr", "lr 1e-3", "Asterix", 1)
-    fake_run(directory, "reactor", 1, final=0.5, curve=rows)
+    directory = bench.run_dir(tmp_path, "ppo_overlap", wide, "Asterix", 1)
+    fake_run(directory, "ppo", 1, final=0.5, curve=rows)
     found = bench.summarize(tmp_path)
     comparisons = {
-        r["variant"]: r for r in bench.against_baseline("reactor_lr", found["reactor_lr"])
+        r["variant"]: r for r in bench.against_baseline("ppo_overlap", found["ppo_overlap"])
     }
-    asterix = comparisons["lr 5e-4"]["per_game"]["Asterix"]
+    asterix = comparisons[fast]["per_game"]["Asterix"]
     assert asterix[:4] == (1.0, 1.0, 1.0, "above") and asterix[4] == 2
-    breakout = comparisons["lr 5e-4"]["per_game"]["Breakout"]
+    breakout = comparisons[fast]["per_game"]["Breakout"]
     assert breakout[0] == pytest.approx(0.5) and breakout[3] == "level"  # resamples span 0..1
-    overall = comparisons["lr 5e-4"]["overall"]
+    overall = comparisons[fast]["overall"]
     assert overall[0] == pytest.approx((1.0 + 0.5) / 2)  # the mean over the two games
     assert overall[1] <= overall[0] <= overall[2]
-    assert comparisons["lr 1e-3"]["overall"] is None  # one game: nothing to aggregate
+    assert comparisons[wide]["overall"] is None  # one game: nothing to aggregate
     md = bench.markdown(found)
-    assert "| lr 5e-4 | " in md
+    assert f"| {fast} | " in md
     assert "| above, 1.00 [1.00, 1.00] | level, 0.50 [0.00, 1.00] |" in md
-    assert "| lr 1e-3 | — | one seed, 0.00 | — |" in md
+    assert f"| {wide} | — | one seed, 0.00 | — |" in md

@@ -81,6 +81,7 @@ class ReactorConfig(RunConfig):
             "acting_steps_per_learning_step": 16.0,
             "target_update_period": 250,
             "policy_torso_gradient": True,
+            "recurrent_size": 128,
         },
         "atari": {
             "envs_per_worker": 8,
@@ -99,16 +100,17 @@ class ReactorConfig(RunConfig):
     }
     """Per env family, on top of :class:`RunConfig`'s γ 0.99 and frames (see
     :meth:`~ac_extensions.runtime.config.RunConfig.for_env`). MinAtar: the MinAtar DQN's replay
-    start (5k frames) and step size 2.5e-4 (Young & Tian, 2019, arXiv:1903.03176), reward scale
-    1 (small integer rewards, so C51's ±10 support fits), feed-forward branches (MinAtar's
-    frames are close to Markov), and two measured departures from the paper: one learner step
-    per 16 frames instead of 4–6, with the target copied every 250 steps (4,000 frames, as
+    start (5k frames) and step size 2.5e-4 (Young & Tian, 2019, arXiv:1903.03176), reward scale 1
+    (small integer rewards, so C51's ±10 support fits), feed-forward branches 128 wide, as wide as
+    the torso's features (MinAtar's frames are close to Markov; 128 learned more than 64 on Asterix
+    and no less on the other four games), and two measured departures from the paper: one learner
+    step per 16 frames instead of 4–6, with the target copied every 250 steps (4,000 frames, as
     1,000 steps at 4 frames), which replays a quarter as much per frame, runs 2–4× the fps and
-    learned more on four of the five games at 1M frames; and the policy's gradient into the
-    shared torso (§3.4.1), which ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)``
-    undoes. Atari: the paper's sequence length 33, one learner step per 4 frames and target
-    period 1,000 (Gruslys et al., 2018, arXiv:1704.04651v2), the rest from DQN/R2D2 practice,
-    not measured here. How each was chosen: ``benchmarks/results/defaults.md``."""
+    learned more on four of the five games at 1M frames; and the policy's gradient into the shared
+    torso (§3.4.1), which ``ReactorConfig.for_env(env_id, **ReactorConfig.PAPER)`` undoes. Atari:
+    the paper's sequence length 33, one learner step per 4 frames and target period 1,000 (Gruslys
+    et al., 2018, arXiv:1704.04651v2), the rest from DQN/R2D2 practice, not measured here. How each
+    was chosen: ``benchmarks/results/defaults.md``."""
 
     frames: int = 60_000
     """Total environment frames to collect."""
@@ -135,7 +137,8 @@ class ReactorConfig(RunConfig):
     Markov CartPole-v1, and much cheaper to replay. See
     :func:`~ac_extensions.modules.make_reactor_actor`."""
     recurrent_size: int = 64
-    """Width of each branch (the LSTM hidden size, or the feed-forward layer's width)."""
+    """Width of each branch (the LSTM hidden size, or the feed-forward layer's width). 64 suits
+    CartPole-v1; MinAtar's 128 learned more there (``benchmarks/results/defaults.md``)."""
     distributional: bool = True
     """Categorical critic with distributional Retrace (off: scalar, "Reactor ND"). Reactor's
     critic, or a scalar critic with scalar Retrace ("Reactor ND", the paper's ablation)."""

@@ -92,6 +92,16 @@ def test_paper_names_the_class_defaults_and_minatar_departs_from_one_of_them():
     assert (atari.acting_steps_per_learning_step, atari.target_update_period) == (4.0, 1_000)
 
 
+def test_minatar_branches_are_as_wide_as_the_torso_features():
+    from ac_extensions.recipes.reactor import build
+
+    minatar = ReactorConfig.for_env("MinAtar/Breakout-v1")
+    assert (minatar.recurrent_size, ReactorConfig().recurrent_size) == (128, 64)
+    actor = build(minatar)[0]
+    widths = {m.out_features for m in actor.modules() if isinstance(m, torch.nn.Linear)}
+    assert 128 in widths and 64 not in widths
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_learner_step_assigns_priorities_and_copies_the_target_at_the_period(recurrent):
