@@ -108,6 +108,9 @@ Studies (:data:`STUDIES`):
   QR-DQN peer's 1,000) instead of every 250 (4,000 frames, the default; the grid's
   ``reactor`` rows), on the games it loses to QR-DQN: both climb late, and a fresher target
   passes value back faster.
+- ``reactor_overlap_wide``: ``reactor_overlap`` at today's defaults (branches 128 wide, the
+  grid's ``reactor`` rows): acting beside learning runs 1.29× the default's fps one run at a
+  time, and at 64 wide it ended higher in 8 of 10 seed pairs.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -448,6 +451,14 @@ STUDIES: dict[str, dict] = {
         "variants": {
             # The default is the grid's reactor row (same command).
             "target every 62 learner steps": ["--target-update-period", "62"],
+        },
+    },
+    "reactor_overlap_wide": {
+        "algo": "reactor",
+        "baseline": "collection between learner steps (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "collection beside learning": ["--overlap-collection"],
         },
     },
 }
