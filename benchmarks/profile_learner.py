@@ -46,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _grid_cli import parse_settings
 from _results import write_markdown
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 OUT = RESULTS / "reactor_learner_profile"
 PHASES = ("sample", "loss forward", "backward", "optimizer step", "priorities + target")
 
@@ -242,12 +243,16 @@ def main(argv: list[str] | None = None) -> None:
     functions = "\n".join(
         line for line in text.getvalue().splitlines() if "/" in line or "ncalls" in line
     )
+    source = Path(ac_extensions.__file__).resolve().parents[1]  # the checkout whose code ran
+    named = "" if source == ROOT else "<another checkout>/"
+    functions = functions.replace(sys.prefix, "<venv>")  # before the checkout that may hold it
+    functions = functions.replace(f"{source}/", named).replace(f"{ROOT}/", "")
     OUT.mkdir(parents=True, exist_ok=True)
     record = {
         "label": args.label,
         "command": " ".join(["python benchmarks/profile_learner.py", *map(shlex.quote, argv)]),
         "env": args.env,
-        "source": str(Path(ac_extensions.__file__).parent),
+        "source": f"{named}ac_extensions",
         "device": config.device,
         "clock": "wall, synchronised" if config.device.startswith("cuda") else "process CPU",
         "compile": f"{args.compile} ({compiled} modules, warm-up {warm_up:.1f} CPU s"
