@@ -111,6 +111,8 @@ Studies (:data:`STUDIES`):
 - ``reactor_overlap_wide``: ``reactor_overlap`` at today's defaults (branches 128 wide, the
   grid's ``reactor`` rows): acting beside learning runs 1.29× the default's fps one run at a
   time, and at 64 wide it ended higher in 8 of 10 seed pairs.
+- ``reactor_lr_wide``: ``reactor_lr``'s 5e-4 at today's defaults (branches 128 wide, the grid's
+  ``reactor`` rows) on Asterix, where 5e-4 at 64 wide ended above all five seeds of 2.5e-4.
 
 Resumable as the grid: each run lives in
 ``<results>/minatar_variants/runs/<study>/<variant>/<Game>/seed<N>/`` with its own ``summary.json``
@@ -459,6 +461,14 @@ STUDIES: dict[str, dict] = {
         "variants": {
             # The default is the grid's reactor row (same command).
             "collection beside learning": ["--overlap-collection"],
+        },
+    },
+    "reactor_lr_wide": {
+        "algo": "reactor",
+        "baseline": "lr 2.5e-4 (default)",
+        "variants": {
+            # The default is the grid's reactor row (same command).
+            "lr 5e-4": ["--lr", "5e-4"],
         },
     },
 }
