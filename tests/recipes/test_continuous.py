@@ -5,6 +5,7 @@ Each test that trains spawns a collector worker and carries a timeout.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -90,10 +91,19 @@ def test_normalize_observations_needs_vector_observations():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ppo_learns_pendulum():
-    # Random play: about −1200. Seeds 0–2 end at −297 / −267 / −216 after 100k frames.
+    # Random play: about −1200. Seed 0's 20-episode mean passes −500 at 38,400 frames (AMD
+    # EPYC; −283 at 45,056); seeds 0–2 end at −297 / −267 / −216 after 100k frames.
     config = PPOConfig(**PENDULUM, frames=100_000, seed=0, normalize_rewards=True)
-    metrics = list(ppo_recipe.train(config))
-    assert metrics[-1]["train/return_window"] > -500, metrics[-1]["train/return_window"]
+    run, best = ppo_recipe.train(config), -math.inf
+    try:
+        for m in run:
+            if m["train/return_window_size"] >= 20:
+                best = max(best, m["train/return_window"])
+            if best > -500:
+                break
+    finally:
+        run.close()
+    assert best > -500, f"the 20-episode mean stayed at or below {best:.1f} for 100k frames"
 
 
 @pytest.mark.slow

@@ -50,10 +50,10 @@ def test_ppo_reaches_400_on_cartpole():
 @pytest.mark.timeout(400)
 def test_recurrent_ppo_beats_feedforward_on_masked_cartpole():
     # Velocities hidden: a feed-forward policy cannot balance for long; an LSTM can infer them.
-    # 61,440 frames: at 40,960 seed 0 ended at 91.9 vs 40.25 with tensordict 0.14.3 / torchrl
-    # 0.14.1 (seeds 1-3: 142.75-187.55 vs 47.6-54.5); at 61,440 seed 0 ends at 248.1 vs 49.25.
+    # Seed 1 at 40,960 frames ends at 141.6 against 50.9 (seed 0: 130.05 against 44.1; at 61,440
+    # frames 190.35 / 128.5 against 53.4 / 50.15; AMD EPYC, tensordict 0.14.3, torchrl 0.14.1).
     base = PPOConfig(
-        env_id="MaskedCartPole-v1", frames=61_440, epochs=10, minibatch_size=512, seed=0
+        env_id="MaskedCartPole-v1", frames=40_960, epochs=10, minibatch_size=512, seed=1
     )
     feedforward = run(ppo_recipe.train, base)[-1]["train/return_window"]
     recurrent = run(ppo_recipe.train, replace(base, recurrent="lstm"))[-1]["train/return_window"]

