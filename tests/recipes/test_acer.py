@@ -297,8 +297,9 @@ def test_recurrent_fields_are_checked():
 def test_recurrent_acer_beats_feedforward_on_masked_cartpole():
     # Velocities hidden: a feed-forward policy cannot balance for long; an LSTM can infer them.
     # 12,000 frames, last 20-episode mean: LSTM seeds 0-3 about 265 / 210 / 230 / 165, the
-    # feed-forward network 41-55 (at 30,000 frames: LSTM 471, feed-forward 41).
-    base = ACERConfig(env_id="MaskedCartPole-v1", frames=12_000, seed=0)
+    # feed-forward network 41-55 (at 30,000 frames: LSTM 471, feed-forward 41). Seed 0 on an
+    # AMD EPYC: LSTM 184.3 at 8,800 frames and 238.3 at 9,760, feed-forward 44.5 and 44.2.
+    base = ACERConfig(env_id="MaskedCartPole-v1", frames=9_600, seed=0)
     feedforward = list(train(base))[-1]["train/return_window"]
     recurrent = list(train(replace(base, recurrent="lstm")))[-1]["train/return_window"]
     assert recurrent > 2 * feedforward and recurrent > 120, (recurrent, feedforward)
